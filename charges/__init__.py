@@ -1,0 +1,1 @@
+"""The bundled idempotent charge service and its `charge` job kind."""

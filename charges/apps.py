@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class ChargesConfig(AppConfig):
+    name = "charges"
+    verbose_name = "Charges"
+    default_auto_field = "django.db.models.BigAutoField"

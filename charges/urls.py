@@ -1,0 +1,4 @@
+"""The charge service's HTTP routes."""
+
+app_name = "charges"
+urlpatterns: list = []

@@ -1,0 +1,28 @@
+"""ReliableQ: a durable PostgreSQL job queue for Django.
+
+    import reliableq
+
+    @reliableq.handler("email.welcome", max_attempts=5, timeout=30)
+    def send_welcome(job): ...
+
+    reliableq.enqueue("email.welcome", {"user_id": 7})
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import LeaseLost, PermanentError, TransientError, UnknownKind
+from .registry import handler
+
+if TYPE_CHECKING:
+    from .models import Job
+
+__all__ = ["handler", "enqueue", "PermanentError", "TransientError", "UnknownKind", "LeaseLost"]
+
+
+def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:
+    """Store a job in the caller's transaction and return it (see reliableq.services.enqueue)."""
+    from .services import enqueue as _enqueue  # models load only once apps are ready
+
+    return _enqueue(kind, payload, **options)

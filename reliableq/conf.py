@@ -1,0 +1,59 @@
+"""The RELIABLEQ settings dict: defaults, lazy access, reload on setting_changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    "LEASE_SECONDS": 30.0,  # lease length; the heartbeat renews every LEASE_SECONDS / 3
+    "MAX_ATTEMPTS": 5,  # default budget per job, counted at claim
+    "BACKOFF_BASE_SECONDS": 5.0,  # cap(n) = min(MAX, BASE * 2**(n-1))
+    "BACKOFF_MAX_SECONDS": 3600.0,  # the cap of the cap
+    "HANDLER_TIMEOUT_SECONDS": 60.0,  # default per-handler wall-clock limit
+    "MAX_PAYLOAD_BYTES": 65536,  # JSON-encoded payload size limit for the API
+    "CHARGE_SERVICE_URL": "http://127.0.0.1:8000",  # where the bundled charge job sends charges
+    "FAULT_INJECTION": False,  # honour RELIABLEQ_CRASH_AT; only tests and the demo turn this on
+    "POLL_SECONDS": 1.0,  # how long an idle worker waits before looking for due jobs again
+    "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length
+}
+
+
+class Settings:
+    """Read RELIABLEQ keys lazily so that override_settings takes effect at once."""
+
+    _cache: dict[str, Any] | None = None
+
+    def _user(self) -> dict[str, Any]:
+        if self._cache is None:
+            user = getattr(settings, "RELIABLEQ", {}) or {}
+            unknown = set(user) - set(DEFAULTS)
+            if unknown:
+                from django.core.exceptions import ImproperlyConfigured
+
+                raise ImproperlyConfigured(
+                    f"Unknown RELIABLEQ setting(s): {', '.join(sorted(unknown))}. "
+                    f"Known keys are: {', '.join(DEFAULTS)}."
+                )
+            self._cache = {**DEFAULTS, **user}
+        return self._cache
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"No RELIABLEQ setting named {name!r}.")
+        return self._user()[name]
+
+    def reload(self) -> None:
+        self._cache = None
+
+
+reliableq_settings = Settings()
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RELIABLEQ":
+        reliableq_settings.reload()

@@ -1,0 +1,298 @@
+"""Every write that can change who owns a job: claim, renew, finish, and marking a lease lost.
+
+Each statement that acts for an owner is fenced with ``status = 'RUNNING' AND lease_token = <token>``:
+a worker whose lease was taken back updates zero rows and so changes nothing. Time always
+comes from the database (``now()``), never from a worker's clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection, transaction
+
+from . import faults
+from .models import Attempt, Job, JobStatus, Outcome
+
+logger = logging.getLogger("reliableq.leases")
+
+JOB = Job._meta.db_table
+ATTEMPT = Attempt._meta.db_table
+RESCUE_BATCH = 100
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedJob:
+    """What a handler sees: one attempt of one job, owned under one lease token."""
+
+    id: uuid.UUID
+    kind: str
+    queue: str
+    priority: int
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    worker_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """The effect key: the same on every attempt and every replay of this job."""
+        return f"reliableq:{self.kind}:{self.id}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """How one attempt ended and what becomes of its job."""
+
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
+    status: str  # SUCCEEDED, PENDING (retry) or DEAD
+    outcome: str
+    error: str = ""
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    job_id: uuid.UUID
+    attempt: int
+    status: str
+    previous_worker: str
+
+
+@dataclass(slots=True)
+class FinishResult:
+    finalized: list[uuid.UUID] = field(default_factory=list)
+    lost: list[uuid.UUID] = field(default_factory=list)
+
+
+def _sql(queryset: Any) -> tuple[str, tuple[Any, ...]]:
+    sql, params = queryset.query.get_compiler(connection=connection).as_sql()
+    return sql, tuple(params)
+
+
+def _payload(value: Any) -> dict[str, Any]:
+    # Django registers a text loader for jsonb on psycopg 3, so raw cursors see strings.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def claim(
+    *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float
+) -> tuple[list[ClaimedJob], list[Rescued]]:
+    """Take up to `limit` due jobs, best priority first, and open an attempt for each.
+
+    One short transaction. Its row locks are held only for these statements; the caller
+    runs handlers after the commit, so no network call ever happens under them.
+    """
+    if limit < 1:
+        return [], []
+    with transaction.atomic():
+        rescued = _rescue_expired(queues)
+        picked = (
+            Job.objects.due()
+            .in_queues(queues)
+            .order_by("priority", "run_at")
+            .values("id")
+            .select_for_update(skip_locked=True)[:limit]
+        )
+        picked_sql, picked_params = _sql(picked)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH picked AS MATERIALIZED ({picked_sql}),
+                claimed AS (
+                    UPDATE {JOB} j
+                       SET status = 'RUNNING',
+                           attempts = j.attempts + 1,
+                           lease_token = gen_random_uuid(),
+                           lease_expires_at = now() + make_interval(secs => %s),
+                           worker_id = %s,
+                           updated_at = now()
+                      FROM picked
+                     WHERE j.id = picked.id
+                 RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
+                           j.max_attempts, j.lease_token, j.run_at
+                ),
+                opened AS (
+                    INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
+                    SELECT id, attempts, %s, lease_token, now(), 'RUNNING', '' FROM claimed
+                )
+                SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token
+                  FROM claimed
+                 ORDER BY priority, run_at
+                """,
+                (*picked_params, float(lease_seconds), worker_id, worker_id),
+            )
+            rows = cursor.fetchall()
+    jobs = [
+        ClaimedJob(
+            id=row[0],
+            kind=row[1],
+            queue=row[2],
+            priority=row[3],
+            payload=_payload(row[4]),
+            attempt=row[5],
+            max_attempts=row[6],
+            lease_token=row[7],
+            worker_id=worker_id,
+        )
+        for row in rows
+    ]
+    return jobs, rescued
+
+
+def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
+    """Take back RUNNING jobs whose lease ran out: close the open attempt, requeue or bury.
+
+    Runs inside the claim transaction, so a requeued job can be claimed by the very next
+    statement. Attempts are counted at claim, so a job that kills its worker every time
+    still spends its budget and ends DEAD here.
+    """
+    expired = (
+        Job.objects.expired()
+        .in_queues(queues)
+        .order_by("lease_expires_at")
+        .values("id")
+        .select_for_update(skip_locked=True)[:RESCUE_BATCH]
+    )
+    expired_sql, expired_params = _sql(expired)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH expired AS MATERIALIZED ({expired_sql}),
+            closed AS (
+                UPDATE {ATTEMPT} a
+                   SET outcome = 'LEASE_EXPIRED',
+                       finished_at = now(),
+                       error = format('lease expired: worker %%s stopped renewing it', a.worker_id)
+                  FROM expired
+                 WHERE a.job_id = expired.id AND a.outcome = 'RUNNING'
+            ),
+            previous AS (
+                SELECT j.id, j.worker_id FROM {JOB} j JOIN expired USING (id)
+            )
+            UPDATE {JOB} j
+               SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+                   run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at ELSE now() END,
+                   finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+                   lease_token = NULL,
+                   lease_expires_at = NULL,
+                   last_error = format(
+                       'lease of attempt %%s/%%s expired: worker %%s stopped renewing it%%s',
+                       j.attempts, j.max_attempts, j.worker_id,
+                       CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
+                   updated_at = now()
+              FROM previous
+             WHERE j.id = previous.id
+         RETURNING j.id, j.attempts, j.status, previous.worker_id
+            """,
+            expired_params,
+        )
+        rescued = [Rescued(*row) for row in cursor.fetchall()]
+    for r in rescued:
+        logger.warning(
+            "job=%s attempt=%s lease expired (worker %s); %s",
+            r.job_id,
+            r.attempt,
+            r.previous_worker,
+            "buried: no attempts left" if r.status == JobStatus.DEAD else "requeued",
+        )
+    return rescued
+
+
+def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> set[uuid.UUID]:
+    """Extend every lease this process holds in one statement; return the job ids still owned."""
+    leases = list(leases)
+    if not leases:
+        return set()
+    ids, tokens = zip(*leases)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {JOB} j
+               SET lease_expires_at = now() + make_interval(secs => %s)
+              FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
+             WHERE j.id = held.id AND j.status = 'RUNNING' AND j.lease_token = held.token
+         RETURNING j.id
+            """,
+            (float(lease_seconds), list(ids), list(tokens)),
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> int:
+    """Record LEASE_LOST on attempts still open under these tokens; never touch their jobs."""
+    leases = list(leases)
+    if not leases:
+        return 0
+    ids, tokens = zip(*leases)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {ATTEMPT} a
+               SET outcome = 'LEASE_LOST', finished_at = now(), error = %s
+              FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)
+             WHERE a.job_id = lost.id AND a.lease_token = lost.token AND a.outcome = 'RUNNING'
+            """,
+            (reason, list(ids), list(tokens)),
+        )
+        return cursor.rowcount
+
+
+def finish(finishes: Sequence[Finish]) -> FinishResult:
+    """Write the end of many attempts in one fenced statement and one transaction.
+
+    A job whose token no longer matches is left alone; its attempt is marked LEASE_LOST
+    (unless the new owner already closed it as LEASE_EXPIRED, or a timeout closed it).
+    """
+    result = FinishResult()
+    if not finishes:
+        return result
+    columns = list(zip(*((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay)) for f in finishes)))
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH v AS (
+                    SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::float8[])
+                        AS v(id, token, status, outcome, error, delay)
+                ),
+                fin AS (
+                    UPDATE {JOB} j
+                       SET status = v.status,
+                           run_at = CASE WHEN v.status = 'PENDING'
+                                         THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
+                           finished_at = CASE WHEN v.status = 'PENDING' THEN NULL ELSE now() END,
+                           lease_token = NULL,
+                           lease_expires_at = NULL,
+                           last_error = v.error,
+                           updated_at = now()
+                      FROM v
+                     WHERE j.id = v.id AND j.status = 'RUNNING' AND j.lease_token = v.token
+                 RETURNING j.id, v.token, v.outcome, v.error
+                )
+                UPDATE {ATTEMPT} a
+                   SET outcome = fin.outcome, error = fin.error, finished_at = now()
+                  FROM fin
+                 WHERE a.job_id = fin.id AND a.lease_token = fin.token
+             RETURNING a.job_id
+                """,
+                [list(c) for c in columns],
+            )
+            finalized = {row[0] for row in cursor.fetchall()}
+        result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
+        lost = [(f.job_id, f.lease_token) for f in finishes if f.job_id not in finalized]
+        if lost:
+            mark_lost(lost, reason="lease lost before finalize: another owner has the job")
+            result.lost = [job_id for job_id, _ in lost]
+        # The third failure window: the finalize is written but not yet committed.
+        faults.crash_point("during_finalize")
+    return result
+
+

@@ -1,0 +1,44 @@
+"""python manage.py prunejobs --older-than 7d: delete finished jobs and their attempts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ... import services
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+
+
+def parse_age(text: str) -> dt.timedelta:
+    match = AGE.match(text.strip())
+    if not match:
+        raise CommandError(f"--older-than takes a number and a unit (s, m, h, d, w), like 7d or 12h; got {text!r}.")
+    return dt.timedelta(seconds=float(match.group(1)) * UNITS[match.group(2)])
+
+
+class Command(BaseCommand):
+    help = "Delete SUCCEEDED, DEAD and CANCELLED jobs (with their attempts) finished longer ago than --older-than."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--older-than", required=True, help="Age such as 7d, 12h, 30m.")
+        parser.add_argument("--batch-size", type=int, default=1000, help="Jobs deleted per transaction.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        age = parse_age(options["older_than"])
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1.")
+        total = 0
+
+        def progress(deleted: int) -> None:
+            nonlocal total
+            total += deleted
+            if options["verbosity"] > 0 and deleted:
+                self.stdout.write(f"deleted {total} finished job(s) so far")
+
+        services.prune(older_than=age, batch_size=options["batch_size"], progress=progress)
+        self.stdout.write(self.style.SUCCESS(f"Deleted {total} finished job(s) older than {options['older_than']}."))

@@ -1,0 +1,87 @@
+"""python manage.py runworker: claim and run jobs until stopped."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import reliableq_settings
+from ...worker import Worker, WorkerConfig
+from ...worker.loop import default_worker_id
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+def positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise ValueError
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run a ReliableQ worker: claim due jobs into free slots and run their handlers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--concurrency", type=int, default=8, help="Handlers in flight at most (default 8).")
+        parser.add_argument("--queues", default="default", help="Comma-separated queue names (default: default).")
+        parser.add_argument(
+            "--lease-seconds", type=float, default=None,
+            help="Lease length in seconds (default RELIABLEQ['LEASE_SECONDS']).",
+        )
+        parser.add_argument(
+            "--grace-seconds", type=float, default=30.0,
+            help="On SIGTERM/SIGINT, how long to let running handlers finish (default 30).",
+        )
+        parser.add_argument("--worker-id", default=None, help="Name in logs and attempts (default host:pid).")
+        parser.add_argument("--burst", action="store_true", help="Exit 0 once nothing is due or running.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        config = self.config(options)
+        self.configure_logging(options["verbosity"])
+        code = Worker(config).run()
+        if code:
+            sys.exit(code)
+
+    def config(self, options: dict[str, Any]) -> WorkerConfig:
+        concurrency = options["concurrency"]
+        if concurrency < 1:
+            raise CommandError("--concurrency must be at least 1.")
+        queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
+        if not queues:
+            raise CommandError("--queues needs at least one queue name.")
+        bad = [q for q in queues if not QUEUE_NAME.match(q)]
+        if bad:
+            raise CommandError(f"Invalid queue name(s): {', '.join(bad)}. Use letters, digits and _.:- only.")
+        lease = options["lease_seconds"]
+        lease = float(reliableq_settings.LEASE_SECONDS) if lease is None else lease
+        if lease <= 0:
+            raise CommandError("--lease-seconds must be positive.")
+        grace = options["grace_seconds"]
+        if grace < 0:
+            raise CommandError("--grace-seconds cannot be negative.")
+        worker_id = options["worker_id"] or default_worker_id()
+        if len(worker_id) > 200:
+            raise CommandError("--worker-id is limited to 200 characters.")
+        return WorkerConfig(
+            queues=queues,
+            concurrency=concurrency,
+            lease_seconds=lease,
+            grace_seconds=grace,
+            poll_seconds=float(reliableq_settings.POLL_SECONDS),
+            worker_id=worker_id,
+            burst=options["burst"],
+        )
+
+    def configure_logging(self, verbosity: int) -> None:
+        logger = logging.getLogger("reliableq")
+        if logger.handlers or logging.getLogger().handlers:
+            return  # the project configured logging; respect it
+        handler = logging.StreamHandler(self.stderr._out)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity > 0 else logging.WARNING)

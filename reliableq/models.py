@@ -1,0 +1,138 @@
+"""Jobs and their attempts: the durable state of the queue."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "PENDING"  # waiting for run_at, then for a free worker slot
+    RUNNING = "RUNNING"  # claimed under a lease; its owner renews it while the handler runs
+    SUCCEEDED = "SUCCEEDED"  # finalized under the lease of its last attempt
+    DEAD = "DEAD"  # permanent error or budget used up; waits for a person to replay it
+    CANCELLED = "CANCELLED"  # withdrawn before it ran
+
+
+class Outcome(models.TextChoices):
+    RUNNING = "RUNNING"  # the attempt's handler has not reported yet
+    SUCCEEDED = "SUCCEEDED"  # the handler returned and the finalize passed the fence
+    FAILED_TRANSIENT = "FAILED_TRANSIENT"  # the handler raised something worth retrying
+    FAILED_PERMANENT = "FAILED_PERMANENT"  # the handler raised PermanentError
+    TIMED_OUT = "TIMED_OUT"  # the handler outlived its timeout; the job was retried without it
+    LEASE_EXPIRED = "LEASE_EXPIRED"  # the owner stopped renewing; another worker took the job back
+    LEASE_LOST = "LEASE_LOST"  # the owner found its token no longer matched the job
+
+
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def in_queues(self, queues: list[str] | tuple[str, ...]) -> JobQuerySet:
+        return self.filter(queue__in=list(queues))
+
+    def due(self) -> JobQuerySet:
+        """PENDING jobs whose run_at has come, by database time."""
+        return self.filter(status=JobStatus.PENDING, run_at__lte=Now())
+
+    def expired(self) -> JobQuerySet:
+        """RUNNING jobs whose owner stopped renewing the lease."""
+        return self.filter(status=JobStatus.RUNNING, lease_expires_at__lte=Now())
+
+    def unsettled(self) -> JobQuerySet:
+        """Jobs a worker still has to act on: due PENDING ones and every RUNNING one."""
+        return self.filter(Q(status=JobStatus.PENDING, run_at__lte=Now()) | Q(status=JobStatus.RUNNING))
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(status__in=FINISHED)
+
+
+class Job(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0, help_text="Lower runs first.")
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0, help_text="Counted at claim.")
+    max_attempts = models.PositiveIntegerField(default=5)
+    run_at = models.DateTimeField(db_default=Now())
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [
+            ("replay_job", "Can replay a dead job"),
+            ("cancel_job", "Can cancel a pending job"),
+        ]
+        indexes = [
+            # The claim: due PENDING rows of some queues, best priority first.
+            models.Index(
+                fields=["queue", "priority", "run_at"],
+                condition=Q(status="PENDING"),
+                name="reliableq_job_due",
+            ),
+            # Recovery: RUNNING rows whose lease ran out.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="RUNNING"),
+                name="reliableq_job_lease",
+            ),
+            # Pruning: finished rows by age.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="reliableq_job_finished",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="reliableq_job_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="RUNNING", lease_token__isnull=False)
+                | (~Q(status="RUNNING") & Q(lease_token__isnull=True)),
+                name="reliableq_job_token_iff_running",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.status})"
+
+    @property
+    def effect_key(self) -> str:
+        """The idempotency key sent on every attempt and every replay."""
+        return f"reliableq:{self.kind}:{self.id}"
+
+
+class Attempt(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=200)
+    lease_token = models.UUIDField()
+    started_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="reliableq_attempt_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.job_id} ({self.outcome})"

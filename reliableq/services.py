@@ -1,0 +1,178 @@
+"""The writers that the API, the admin and the commands share: enqueue, replay, cancel, prune."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import registry
+from .conf import reliableq_settings
+from .models import FINISHED, Attempt, Job, JobStatus
+
+JOB = Job._meta.db_table
+ATTEMPT = Attempt._meta.db_table
+_COLUMNS = [f.column for f in Job._meta.concrete_fields]
+
+
+class InvalidJob(ValueError):
+    """The job as asked for cannot be stored."""
+
+
+class WrongStatus(Exception):
+    """The job is not in the status this operation needs."""
+
+    def __init__(self, job: Job, needed: str) -> None:
+        self.job = job
+        self.needed = needed
+        super().__init__(f"Job {job.id} is {job.status}; this needs a {needed} job.")
+
+
+def default_max_attempts(kind: str) -> int:
+    return registry.get(kind).max_attempts or reliableq_settings.MAX_ATTEMPTS
+
+
+def enqueue(
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: dt.datetime | None = None,
+    max_attempts: int | None = None,
+    dedupe_key: str | None = None,
+) -> Job:
+    """Store a job in the caller's transaction; with `dedupe_key`, return the job already stored for it.
+
+    The unique constraint on dedupe_key decides, in one INSERT ... ON CONFLICT DO NOTHING: two
+    concurrent callers with one key make one row, and neither reads before it writes.
+    """
+    payload = {} if payload is None else payload
+    if not isinstance(payload, dict):
+        raise InvalidJob("A job's payload must be a JSON object (a dict).")
+    budget = default_max_attempts(kind) if max_attempts is None else max_attempts
+    if budget < 1:
+        raise InvalidJob("max_attempts must be at least 1.")
+    if run_at is not None and timezone.is_naive(run_at):
+        raise InvalidJob("run_at must be timezone-aware.")
+    if not queue or len(queue) > 100:
+        raise InvalidJob("queue must be a non-empty name of at most 100 characters.")
+    try:
+        encoded = json.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"The payload is not JSON-serializable: {exc}.") from None
+
+    job_id = uuid.uuid4()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
+                               run_at, worker_id, last_error, dedupe_key, created_at, updated_at)
+            VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, COALESCE(%s, now()), '', '', %s, now(), now())
+            ON CONFLICT (dedupe_key) DO NOTHING
+            RETURNING {", ".join(_COLUMNS)}
+            """,
+            (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key),
+        )
+        row = cursor.fetchone()
+    if row is None:
+        # Another transaction holds the key: ON CONFLICT waited for it to commit, so it is visible.
+        return Job.objects.get(dedupe_key=dedupe_key)
+    return Job.from_db(connection.alias, [f.attname for f in Job._meta.concrete_fields], _decode(row))
+
+
+def _decode(row: tuple[Any, ...]) -> list[Any]:
+    values = list(row)
+    payload_index = _COLUMNS.index("payload")
+    if isinstance(values[payload_index], str):
+        values[payload_index] = json.loads(values[payload_index])
+    return values
+
+
+def replay(job_id: uuid.UUID | str) -> Job:
+    """Send a DEAD job back to PENDING: same id, same effect key, history kept, a fresh budget.
+
+    Attempt numbers keep counting across replays, so the budget grows by the kind's default
+    instead of `attempts` going back to zero.
+    """
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.status != JobStatus.DEAD:
+            raise WrongStatus(job, JobStatus.DEAD)
+        budget = _budget_for(job.kind, job.max_attempts)
+        Job.objects.filter(pk=job.pk, status=JobStatus.DEAD).update(
+            status=JobStatus.PENDING,
+            max_attempts=job.attempts + budget,
+            run_at=Now(),
+            finished_at=None,
+            updated_at=Now(),
+        )
+        job.refresh_from_db()
+    return job
+
+
+def _budget_for(kind: str, fallback: int) -> int:
+    try:
+        return default_max_attempts(kind)
+    except registry.UnknownKind:
+        return max(1, min(fallback, reliableq_settings.MAX_ATTEMPTS))
+
+
+def cancel(job_id: uuid.UUID | str) -> Job:
+    """Withdraw a PENDING job so that no worker ever claims it."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.status != JobStatus.PENDING:
+            raise WrongStatus(job, JobStatus.PENDING)
+        Job.objects.filter(pk=job.pk, status=JobStatus.PENDING).update(
+            status=JobStatus.CANCELLED, finished_at=Now(), updated_at=Now()
+        )
+        job.refresh_from_db()
+    return job
+
+
+def prune(
+    *, older_than: dt.timedelta, batch_size: int = 1000, progress: Callable[[int], None] | None = None
+) -> int:
+    """Delete finished jobs (and, by cascade, their attempts) in batches; return how many."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    total = 0
+    seconds = older_than.total_seconds()
+    while True:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                # Attempts first, so one batch is one pass over each table, not a cascade per row.
+                cursor.execute(
+                    f"""
+                    WITH batch AS MATERIALIZED (
+                        SELECT id FROM {JOB}
+                         WHERE status = ANY(%s) AND finished_at IS NOT NULL
+                           AND finished_at < now() - make_interval(secs => %s)
+                         LIMIT %s
+                           FOR UPDATE SKIP LOCKED
+                    ),
+                    gone_attempts AS (
+                        DELETE FROM {ATTEMPT} a USING batch WHERE a.job_id = batch.id
+                    )
+                    DELETE FROM {JOB} j USING batch WHERE j.id = batch.id
+                    """,
+                    ([str(s) for s in FINISHED], seconds, batch_size),
+                )
+                deleted = cursor.rowcount
+        total += deleted
+        if progress is not None:
+            progress(deleted)
+        if deleted < batch_size:
+            return total
+
+
+def has_work(queues: list[str] | tuple[str, ...]) -> bool:
+    """Whether any job in these queues is due or running (what --burst waits for)."""
+    return Job.objects.in_queues(queues).unsettled().exists()

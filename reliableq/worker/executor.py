@@ -1,0 +1,73 @@
+"""Run one attempt of one job and say how it ended. No SQL here: the loop writes the result."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .. import faults, policy, registry
+from ..conf import reliableq_settings
+from ..errors import PermanentError
+from ..leases import ClaimedJob, Finish
+from ..models import Outcome
+from ..sanitize import clean, describe
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    finish: Finish
+    seconds: float
+
+
+def timeout_for(kind: str) -> float:
+    try:
+        configured = registry.get(kind).timeout
+    except registry.UnknownKind:
+        configured = None
+    return configured or float(reliableq_settings.HANDLER_TIMEOUT_SECONDS)
+
+
+def failure(job: ClaimedJob, *, outcome: str, error: str) -> Finish:
+    """The Finish for a failed attempt: a retry with jittered backoff, or DEAD."""
+    decision = policy.failed(
+        outcome=outcome,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        base=float(reliableq_settings.BACKOFF_BASE_SECONDS),
+        maximum=float(reliableq_settings.BACKOFF_MAX_SECONDS),
+    )
+    return Finish(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        status=decision.status,
+        outcome=decision.outcome,
+        error=error,
+        delay=decision.delay,
+    )
+
+
+def run_attempt(job: ClaimedJob) -> Result:
+    """Call the job's handler; map what it raised to an outcome."""
+    started = time.monotonic()
+    # The first failure window: the job is claimed, nothing has happened yet.
+    faults.crash_point("after_claim_before_effect")
+    try:
+        handler = registry.get(job.kind)
+    except registry.UnknownKind as exc:
+        # Most likely a rolling deploy: another worker may know the kind, so retry.
+        error = clean(f"{exc} on worker {job.worker_id}")
+        return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
+    try:
+        handler.func(job)
+    except PermanentError as exc:
+        finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
+    except Exception as exc:  # anything else is worth another try
+        finish = failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
+    else:
+        # The second failure window: the effect is done, the job is not yet finalized.
+        faults.crash_point("after_effect_before_finalize")
+        decision = policy.succeeded()
+        finish = Finish(
+            job_id=job.id, lease_token=job.lease_token, status=decision.status, outcome=decision.outcome
+        )
+    return Result(finish=finish, seconds=time.monotonic() - started)

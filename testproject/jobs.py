@@ -1,0 +1,50 @@
+"""Job kinds for the demo and the tests. Each one misbehaves in one named way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import reliableq
+from reliableq.leases import ClaimedJob
+
+
+@reliableq.handler("demo.noop")
+def noop(job: object) -> None:
+    """Do nothing: the cost of the queue itself."""
+
+
+@reliableq.handler("test.sleep")
+def sleep(job: ClaimedJob) -> None:
+    """Hold a slot for payload['seconds']."""
+    time.sleep(float(job.payload.get("seconds", 1)))
+
+
+@reliableq.handler("test.flaky", max_attempts=5)
+def flaky(job: ClaimedJob) -> None:
+    """Fail transiently on the first payload['failures'] attempts, then succeed."""
+    if job.attempt <= int(job.payload.get("failures", 1)):
+        raise reliableq.TransientError(f"attempt {job.attempt} failed on purpose")
+
+
+@reliableq.handler("test.always_fails", max_attempts=3)
+def always_fails(job: object) -> None:
+    raise RuntimeError("this handler never succeeds")
+
+
+@reliableq.handler("test.permanent")
+def permanent(job: object) -> None:
+    raise reliableq.PermanentError("the input can never be valid: password=hunter2")
+
+
+@reliableq.handler("test.poison", max_attempts=3)
+def poison(job: object) -> None:
+    """Kill the worker that runs it, every time."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@reliableq.handler("test.stuck", timeout=1, max_attempts=2)
+def stuck(job: ClaimedJob) -> None:
+    """Outlive its 1 s timeout by payload['seconds']."""
+    time.sleep(float(job.payload.get("seconds", 3)))

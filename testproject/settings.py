@@ -1,0 +1,93 @@
+"""Settings of the project that hosts the demo and the tests.
+
+The database is DATABASE_URL when it is set, otherwise an embedded PostgreSQL 18 that starts
+on first use (see testproject/embedded.py). Every RELIABLEQ key can be overridden from the
+environment as RELIABLEQ_<KEY>, which is how the tests and the demo tune leases and faults.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from reliableq.conf import DEFAULTS
+
+from . import dburl
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "testproject-insecure-key-only-for-the-demo-and-tests")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver", "[::1]"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "reliableq",
+    "charges",
+    "testproject",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+WSGI_APPLICATION = "testproject.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": dburl.parse(os.environ["DATABASE_URL"])}
+else:
+    from . import embedded
+
+    DATABASES = {"default": embedded.database_settings()}
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def _from_env(key: str, default: object) -> object:
+    raw = os.environ.get(f"RELIABLEQ_{key}")
+    if raw is None:
+        return default
+    if isinstance(default, bool):
+        return raw.lower() in ("1", "true", "yes", "on")
+    return type(default)(raw)
+
+
+RELIABLEQ = {key: _from_env(key, default) for key, default in DEFAULTS.items()}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"reliableq": {"handlers": ["stderr"], "level": os.environ.get("RELIABLEQ_LOG_LEVEL", "INFO")}},
+}
