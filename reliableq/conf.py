@@ -16,6 +16,7 @@ DEFAULTS: dict[str, Any] = {
     "HANDLER_TIMEOUT_SECONDS": 60.0,  # default per-handler wall-clock limit
     "MAX_PAYLOAD_BYTES": 65536,  # JSON-encoded payload size limit for the API
     "CHARGE_SERVICE_URL": "http://127.0.0.1:8000",  # where the bundled charge job sends charges
+    "CHARGE_SERVICE_TOKEN": "",  # DRF token the charge job sends as Authorization: Token <key>
     "FAULT_INJECTION": False,  # honour RELIABLEQ_CRASH_AT; only tests and the demo turn this on
     "POLL_SECONDS": 1.0,  # how long an idle worker waits before looking for due jobs again
     "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length

@@ -48,15 +48,33 @@ def enqueue(
     max_attempts: int | None = None,
     dedupe_key: str | None = None,
 ) -> Job:
-    """Store a job in the caller's transaction; with `dedupe_key`, return the job already stored for it.
+    """Store a job in the caller's transaction; with `dedupe_key`, return the job already stored for it."""
+    job, _ = submit(
+        kind, payload, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts, dedupe_key=dedupe_key
+    )
+    return job
+
+
+def submit(
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: dt.datetime | None = None,
+    max_attempts: int | None = None,
+    dedupe_key: str | None = None,
+) -> tuple[Job, bool]:
+    """Like enqueue, and say whether this call created the job (False: dedupe_key found one).
 
     The unique constraint on dedupe_key decides, in one INSERT ... ON CONFLICT DO NOTHING: two
     concurrent callers with one key make one row, and neither reads before it writes.
     """
+    handler = registry.get(kind)  # UnknownKind if no app registered it
+    budget = max_attempts if max_attempts is not None else handler.max_attempts or reliableq_settings.MAX_ATTEMPTS
     payload = {} if payload is None else payload
     if not isinstance(payload, dict):
         raise InvalidJob("A job's payload must be a JSON object (a dict).")
-    budget = default_max_attempts(kind) if max_attempts is None else max_attempts
     if budget < 1:
         raise InvalidJob("max_attempts must be at least 1.")
     if run_at is not None and timezone.is_naive(run_at):
@@ -83,8 +101,8 @@ def enqueue(
         row = cursor.fetchone()
     if row is None:
         # Another transaction holds the key: ON CONFLICT waited for it to commit, so it is visible.
-        return Job.objects.get(dedupe_key=dedupe_key)
-    return Job.from_db(connection.alias, [f.attname for f in Job._meta.concrete_fields], _decode(row))
+        return Job.objects.get(dedupe_key=dedupe_key), False
+    return Job.from_db(connection.alias, [f.attname for f in Job._meta.concrete_fields], _decode(row)), True
 
 
 def _decode(row: tuple[Any, ...]) -> list[Any]:
@@ -176,3 +194,16 @@ def prune(
 def has_work(queues: list[str] | tuple[str, ...]) -> bool:
     """Whether any job in these queues is due or running (what --burst waits for)."""
     return Job.objects.in_queues(queues).unsettled().exists()
+
+
+def same_submission(job: Job, request: dict[str, Any]) -> bool:
+    """Whether a repeated Idempotency-Key came with the body that made `job`."""
+    if (job.kind, job.payload, job.queue, job.priority) != (
+        request["kind"], request["payload"], request["queue"], request["priority"]
+    ):
+        return False
+    if request.get("max_attempts") is not None and request["max_attempts"] != job.max_attempts:
+        return False
+    if request.get("run_at") is not None and request["run_at"] != job.run_at:
+        return False
+    return True

@@ -1,6 +1,15 @@
-"""ReliableQ's HTTP routes (the DRF API lives in reliableq.api)."""
+"""ReliableQ's HTTP routes: include("reliableq.urls") at the root."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from .api import schema, views
 
 app_name = "reliableq"
-urlpatterns: list = []
+urlpatterns = [
+    path("v1/jobs", views.JobListView.as_view(), name="job-list"),
+    path("v1/jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
+    path("v1/jobs/<str:job_id>/replay", views.ReplayView.as_view(), name="job-replay"),
+    path("v1/jobs/<str:job_id>/cancel", views.CancelView.as_view(), name="job-cancel"),
+    path("v1/stats", views.StatsView.as_view(), name="stats"),
+    path("v1/schema", schema.SchemaView.as_view(), name="schema"),
+]

@@ -67,6 +67,10 @@ else:
 
     DATABASES = {"default": embedded.database_settings()}
 
+if os.environ.get("RELIABLEQ_TEST_DB"):
+    # Lets two test runs share one server without dropping each other's test database.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["RELIABLEQ_TEST_DB"]}
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"

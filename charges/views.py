@@ -1,0 +1,59 @@
+"""POST /v1/charges and GET /v1/charges/<id>: validate, call the service, answer."""
+
+from __future__ import annotations
+
+import uuid
+
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from reliableq.api.base import BaseAPIView
+from reliableq.api.problems import Conflict, ServiceUnavailable, problem
+
+from . import faults, services
+from .models import Charge, ChargeRequest
+from .serializers import ChargeRequestSerializer, ChargeSerializer
+
+MAX_KEY = 255
+
+
+class ChargeListView(BaseAPIView):
+    def post(self, request: Request) -> Response:
+        key = request.headers.get("Idempotency-Key", "")
+        knob = faults.current()
+        fault = ""
+        if knob is not None and faults.roll(knob.unavailable_rate):
+            fault = "unavailable"
+        # Written first, in its own commit: H counts every request that reached us.
+        received = ChargeRequest.objects.create(idempotency_key=key[:MAX_KEY], fault=fault)
+        faults.delay(knob)
+        if fault:
+            raise ServiceUnavailable("Injected fault: the charge service is unavailable.")
+        if not key:
+            return problem(400, "The Idempotency-Key header is required.", code="idempotency_key_missing")
+        if len(key) > MAX_KEY:
+            return problem(400, f"The Idempotency-Key header is limited to {MAX_KEY} characters.",
+                           code="idempotency_key_too_long")
+        body = ChargeRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            result = services.create_charge(idempotency_key=key, **body.validated_data)
+        except services.KeyReused as exc:
+            raise Conflict(str(exc)) from None
+        if knob is not None and faults.roll(knob.no_answer_rate):
+            # The ambiguous case: the charge is committed, the caller hears nothing.
+            if faults.drop_connection(request._request):
+                ChargeRequest.objects.filter(pk=received.pk).update(fault="no_answer")
+        data = ChargeSerializer(result.charge).data
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        return Response(data, status=code, headers={"Location": f"/v1/charges/{result.charge.id}"})
+
+
+class ChargeDetailView(BaseAPIView):
+    def get(self, request: Request, charge_id: str) -> Response:
+        try:
+            charge = Charge.objects.get(pk=uuid.UUID(charge_id))
+        except (ValueError, Charge.DoesNotExist):
+            return problem(404, f"No charge {charge_id}.", code="not_found")
+        return Response(ChargeSerializer(charge).data)

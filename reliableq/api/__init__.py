@@ -1,0 +1,1 @@
+"""ReliableQ's HTTP API (Django REST framework): jobs, stats, schema."""

@@ -1,0 +1,93 @@
+"""Errors as data, answered as application/problem+json (RFC 9457)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_BASE = "https://reliableq.dev/problems/"
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state of the resource."
+    default_code = "conflict"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The payload is larger than MAX_PAYLOAD_BYTES."
+    default_code = "payload_too_large"
+
+
+class ServiceUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The service is unavailable; try again later."
+    default_code = "unavailable"
+
+
+TITLES = {
+    400: "Bad request",
+    401: "Authentication required",
+    403: "Permission denied",
+    404: "Not found",
+    405: "Method not allowed",
+    406: "Not acceptable",
+    409: "Conflict",
+    413: "Payload too large",
+    415: "Unsupported media type",
+    429: "Too many requests",
+    503: "Service unavailable",
+}
+
+
+def problem(status_code: int, detail: str, *, code: str | None = None, **extra: Any) -> Response:
+    code = code or TITLES.get(status_code, "error").lower().replace(" ", "_")
+    body = {
+        "type": TYPE_BASE + code,
+        "title": TITLES.get(status_code, "Error"),
+        "status": status_code,
+        "detail": detail,
+        **extra,
+    }
+    return Response(body, status=status_code, content_type=PROBLEM_JSON)
+
+
+def _flatten(detail: Any) -> str:
+    if isinstance(detail, dict):
+        return "; ".join(f"{k}: {_flatten(v)}" for k, v in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_flatten(v) for v in detail)
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, reshaped: every error body is a problem document."""
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = exc.detail if isinstance(exc, exceptions.APIException) else response.data
+    code = exc.get_codes() if isinstance(exc, exceptions.APIException) else None
+    extra: dict[str, Any] = {}
+    if isinstance(exc, exceptions.ValidationError):
+        extra["errors"] = detail if isinstance(detail, dict) else {"non_field_errors": detail}
+        message = "The request is invalid: " + _flatten(detail)
+        code = "invalid"
+    else:
+        message = _flatten(detail)
+        code = code if isinstance(code, str) else None
+    out = problem(response.status_code, message, code=code, **extra)
+    for header in ("WWW-Authenticate", "Retry-After", "Allow"):
+        if header in response:
+            out[header] = response[header]
+    return out

@@ -1,0 +1,146 @@
+"""The /v1/jobs routes: validate, call one service, respond."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from rest_framework import exceptions, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from .. import services, stats
+from ..conf import reliableq_settings
+from ..models import Job
+from . import problems
+from .base import BaseAPIView
+from .serializers import FilterSerializer, JobSerializer, SubmitSerializer, payload_size
+
+
+def permission(codename: str) -> type[BasePermission]:
+    class HasPermission(BasePermission):
+        message = f"This needs the reliableq.{codename} permission."
+
+        def has_permission(self, request: Request, view: Any) -> bool:
+            return bool(request.user and request.user.has_perm(f"reliableq.{codename}"))
+
+    HasPermission.__name__ = f"Has_{codename}"
+    return HasPermission
+
+
+def _job_or_404(job_id: str) -> Job:
+    try:
+        return Job.objects.prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
+    except (ValueError, Job.DoesNotExist):
+        raise exceptions.NotFound(f"No job {job_id}.") from None
+
+
+class JobPagination(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class JobListView(BaseAPIView):
+    def get_permissions(self) -> list[BasePermission]:
+        extra = [permission("view_job")()] if self.request.method == "GET" else []
+        return super().get_permissions() + extra
+
+    def get(self, request: Request) -> Response:
+        filters = FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        jobs = Job.objects.prefetch_related("attempt_set")
+        for name in ("status", "kind", "queue"):
+            if name in filters.validated_data:
+                jobs = jobs.filter(**{name: filters.validated_data[name]})
+        paginator = JobPagination()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+
+    def post(self, request: Request) -> Response:
+        body = SubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        limit = int(reliableq_settings.MAX_PAYLOAD_BYTES)
+        size = payload_size(data["payload"])
+        if size > limit:
+            raise problems.PayloadTooLarge(f"The payload is {size} bytes; the limit is {limit} (MAX_PAYLOAD_BYTES).")
+        key = request.headers.get("Idempotency-Key") or None
+        if key is not None and len(key) > 255:
+            raise exceptions.ValidationError({"Idempotency-Key": ["At most 255 characters."]})
+        try:
+            # 202 only after this commits: an acknowledged job is a durable job.
+            with transaction.atomic():
+                job, created = services.submit(
+                    data["kind"], data["payload"], queue=data["queue"], priority=data["priority"],
+                    run_at=data["run_at"], max_attempts=data["max_attempts"], dedupe_key=key,
+                )
+        except services.InvalidJob as exc:
+            raise exceptions.ValidationError({"non_field_errors": [str(exc)]}) from None
+        except DatabaseError:
+            raise problems.ServiceUnavailable("The job could not be stored; nothing was accepted. Try again.") from None
+        if not created and not services.same_submission(job, data):
+            raise problems.Conflict(
+                f"Idempotency-Key {key!r} was already used for job {job.id} with another body."
+            )
+        job = _job_or_404(str(job.id))
+        code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
+        return Response(JobSerializer(job).data, status=code, headers={"Location": f"/v1/jobs/{job.id}"})
+
+
+class JobDetailView(BaseAPIView):
+    def get_permissions(self) -> list[BasePermission]:
+        return super().get_permissions() + [permission("view_job")()]
+
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(JobSerializer(_job_or_404(job_id)).data)
+
+
+class _FateView(BaseAPIView):
+    """replay and cancel: a permission, a service call, a 404 or a 409."""
+
+    codename = ""
+    success = status.HTTP_200_OK
+
+    def get_permissions(self) -> list[BasePermission]:
+        return super().get_permissions() + [permission(self.codename)()]
+
+    def act(self, job_id: uuid.UUID) -> Job:
+        raise NotImplementedError
+
+    def post(self, request: Request, job_id: str) -> Response:
+        try:
+            pk = uuid.UUID(job_id)
+            self.act(pk)
+        except (ValueError, Job.DoesNotExist):
+            raise exceptions.NotFound(f"No job {job_id}.") from None
+        except services.WrongStatus as exc:
+            raise problems.Conflict(str(exc)) from None
+        return Response(JobSerializer(_job_or_404(job_id)).data, status=self.success)
+
+
+class ReplayView(_FateView):
+    codename = "replay_job"
+    success = status.HTTP_202_ACCEPTED
+
+    def act(self, job_id: uuid.UUID) -> Job:
+        return services.replay(job_id)
+
+
+class CancelView(_FateView):
+    codename = "cancel_job"
+
+    def act(self, job_id: uuid.UUID) -> Job:
+        return services.cancel(job_id)
+
+
+class StatsView(BaseAPIView):
+    def get_permissions(self) -> list[BasePermission]:
+        return super().get_permissions() + [permission("view_job")()]
+
+    def get(self, request: Request) -> Response:
+        return Response(stats.snapshot())

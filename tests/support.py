@@ -1,0 +1,87 @@
+"""Helpers shared by the tests: polling with a deadline and real worker subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
+    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """A real `manage.py runworker` subprocess with its log in a file."""
+
+    def __init__(self, args: list[str], *, env: dict[str, str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runworker", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for_output(self, text: str, *, timeout: float = 30.0) -> None:
+        wait_until(lambda: text in self.output() or self.proc.poll() is not None and text in self.output(),
+                   timeout=timeout, what=f"{text!r} in the log of worker {self.pid}:\n{self.output()[-3000:]}")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.pid} still running after {timeout}s:\n{self.output()[-3000:]}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)  # a stopped process cannot die until resumed
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+        self._log_file.close()
+
+
+def worker_env(db_url: str, **overrides: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELIABLEQ_")}
+    env.update(
+        DATABASE_URL=db_url,
+        PYTHONUNBUFFERED="1",
+        RELIABLEQ_LEASE_SECONDS="2",
+        RELIABLEQ_BACKOFF_BASE_SECONDS="0.05",
+        RELIABLEQ_BACKOFF_MAX_SECONDS="0.2",
+        RELIABLEQ_POLL_SECONDS="0.1",
+    )
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
