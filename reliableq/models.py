@@ -90,6 +90,11 @@ class Job(models.Model):
                 condition=Q(status="RUNNING"),
                 name="reliableq_job_lease",
             ),
+            # The admin: newest first, overall and within a status, a queue or a kind.
+            models.Index(fields=["-created_at"], name="reliableq_job_created"),
+            models.Index(fields=["status", "-created_at"], name="reliableq_job_status_created"),
+            models.Index(fields=["queue", "-created_at"], name="reliableq_job_queue_created"),
+            models.Index(fields=["kind", "-created_at"], name="reliableq_job_kind_created"),
             # Pruning: finished rows by age.
             models.Index(
                 fields=["finished_at"],
@@ -130,9 +135,23 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["job", "number"]
+        indexes = [
+            # The dashboard's "attempts in the last hour".
+            models.Index(fields=["started_at"], name="reliableq_attempt_started"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="reliableq_attempt_number_unique"),
         ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id} ({self.outcome})"
+
+
+class QueueDashboard(Job):
+    """No table of its own: it gives the admin index a "Queue dashboard" entry."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "queue dashboard"
+        verbose_name_plural = "queue dashboard"
+        default_permissions = ()

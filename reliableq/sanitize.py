@@ -11,14 +11,17 @@ REDACTED = "[redacted]"
 
 # Each pattern keeps its first group (the label) and replaces what follows it.
 _SECRETS = [
-    # key=value and key: value pairs whose key names a secret
+    # key=value and key: value pairs whose key names a secret, also inside a longer name
+    # (DB_PASSWORD, access_token, SECRET_KEY), with either quote style (JSON, Python repr);
+    # a quoted value is redacted whole, spaces included.
     re.compile(
-        r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|"
+        r"(?i)\b([\w.-]*?(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|"
         r"client[_-]?secret|authorization|auth|cookie|session(?:id)?|card(?:[_-]?number)?|cvv|cvc)"
-        r"\"?\s*[:=]\s*\"?)(?:(?:bearer|basic|token)\s+)?[^\s\"',;&}]+"
+        r"(?:[_-]?(?:key|id|value|token))?[\"']?\s*[:=]\s*)"
+        r"(?:\"[^\"]*\"|'[^']*'|[\"']?(?:(?:bearer|basic|token)\s+)?[^\s\"',;&}]+)"
     ),
-    # credentials inside URLs: scheme://user:password@host
-    re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+(?=@)"),
+    # credentials inside URLs: scheme://user:password@host (the user may be empty)
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)"),
     # bearer tokens outside key=value form
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"),
 ]
@@ -43,8 +46,11 @@ def bound(text: str, limit: int | None = None) -> str:
     limit = reliableq_settings.MAX_ERROR_CHARS if limit is None else limit
     if len(text) <= limit:
         return text
-    marker = f" ... [{len(text) - limit} characters cut]"
-    return text[: max(0, limit - len(marker))] + marker
+    # Size the marker for the largest count it can show, so that text + marker fits the limit.
+    keep = limit - len(f" ... [{len(text)} characters cut]")
+    if keep <= 0:
+        return text[:limit]
+    return text[:keep] + f" ... [{len(text) - keep} characters cut]"
 
 
 def describe(exc: BaseException) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Q
+from django.db.models.functions import Now
 
-from .models import Job, JobStatus
+from .models import Attempt, Job, JobStatus, Outcome
 
 
 def oldest_due_age_seconds() -> float:
@@ -19,6 +21,34 @@ def oldest_due_age_seconds() -> float:
         )
         (age,) = cursor.fetchone()
     return max(0.0, float(age))
+
+
+def queues() -> list[str]:
+    """Distinct queue names by a loose index scan: one index probe per queue, not a table scan."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH RECURSIVE q(name) AS (
+                (SELECT queue FROM {table} ORDER BY queue LIMIT 1)
+                UNION ALL
+                SELECT (SELECT queue FROM {table} WHERE queue > q.name ORDER BY queue LIMIT 1)
+                  FROM q WHERE q.name IS NOT NULL
+            )
+            SELECT name FROM q WHERE name IS NOT NULL
+            """
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+FAILED = (Outcome.FAILED_TRANSIENT, Outcome.FAILED_PERMANENT, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED, Outcome.LEASE_LOST)
+
+
+def last_hour() -> dict[str, int]:
+    """Attempts started in the last hour (database time) and how many of them failed."""
+    recent = Attempt.objects.filter(started_at__gte=Now() - dt.timedelta(hours=1))
+    counts = recent.aggregate(attempts=Count("id"), failures=Count("id", filter=Q(outcome__in=FAILED)))
+    return {"attempts": counts["attempts"], "failures": counts["failures"]}
 
 
 def snapshot() -> dict[str, Any]:

@@ -153,6 +153,10 @@ class Worker:
                     return 0
                 if idle:
                     self._wait(c.poll_seconds, pool)
+                elif pool.free <= 0:
+                    # Every slot is busy: block until a handler reports (or the next handler
+                    # deadline passes) instead of spinning through _step.
+                    self._wait(self._until_next_deadline(c.poll_seconds), pool)
         finally:
             heartbeat.stop()
             pool.close()
@@ -185,6 +189,12 @@ class Worker:
             pool.submit(job)
         self.claimed += len(jobs)
         return len(jobs) < free
+
+    def _until_next_deadline(self, cap: float) -> float:
+        """Seconds until the earliest handler deadline not yet passed, at most `cap`."""
+        now = time.monotonic()
+        pending = [f.deadline - now for f in self._inflight.values() if not f.timed_out]
+        return max(0.0, min([cap, *pending]))
 
     def _wait(self, seconds: float, pool: Pool) -> None:
         """Sleep until an event arrives or `seconds` pass; keep the event for _drain."""

@@ -1,0 +1,29 @@
+"""Charges, read-only: what the service committed, searchable by idempotency key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import Charge
+
+
+@admin.register(Charge)
+class ChargeAdmin(admin.ModelAdmin):
+    list_display = ["id", "idempotency_key", "amount", "currency", "description", "created_at"]
+    search_fields = ["=idempotency_key"]
+    search_help_text = "An idempotency key, exactly (reliableq:charge:<job id> for the charge job)."
+    ordering = ["-created_at"]
+    show_full_result_count = False
+    readonly_fields = ["id", "idempotency_key", "amount", "currency", "description", "request_fingerprint", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,328 @@
+"""The operators' admin: a fast, read-only job list, attempt history, replay and cancel, a dashboard.
+
+No business rules here: replay and cancel call reliableq.services, like the API does.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+from django.views.decorators.http import require_POST
+
+from . import registry, services, stats
+from .admin_paging import CappedCountPaginator
+from .models import Attempt, Job, JobStatus, QueueDashboard
+
+STATUS_COLOURS = {
+    JobStatus.PENDING: "#205493",
+    JobStatus.RUNNING: "#b35900",
+    JobStatus.SUCCEEDED: "#2e7d32",
+    JobStatus.DEAD: "#b71c1c",
+    JobStatus.CANCELLED: "#616161",
+}
+
+
+def status_badge(status: str) -> str:
+    return format_html(
+        '<span class="rq-status rq-{}" style="color:#fff;background:{};padding:1px 6px;border-radius:3px;'
+        'font-weight:bold;font-size:11px">{}</span>',
+        status.lower(), STATUS_COLOURS.get(status, "#000"), status,
+    )
+
+
+def audit(request: HttpRequest, job: Job, message: str) -> None:
+    """Record who changed a job's fate, in the admin's own log."""
+    LogEntry.objects.log_actions(
+        user_id=request.user.pk, queryset=[job], action_flag=CHANGE, change_message=message, single_object=True
+    )
+
+
+class KindFilter(admin.SimpleListFilter):
+    """Registered kinds: no SELECT DISTINCT over the whole table."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(k, k) for k in registry.kinds()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Queues in use, read with a loose index scan over (queue, created_at)."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(q, q) for q in stats.queues()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class LeaseExpiredFilter(admin.SimpleListFilter):
+    title = "lease"
+    parameter_name = "lease"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("expired", "Lease expired (owner gone)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(status=JobStatus.RUNNING, lease_expires_at__lte=Now()) if self.value() else queryset
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    ordering = ["number"]
+    fields = ["number", "outcome_badge", "worker_id", "lease_token", "started_at", "finished_at", "duration", "error"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="outcome")
+    def outcome_badge(self, attempt: Attempt) -> str:
+        colour = "#2e7d32" if attempt.outcome == "SUCCEEDED" else "#b35900" if attempt.outcome == "RUNNING" else "#b71c1c"
+        return format_html('<strong style="color:{}">{}</strong>', colour, attempt.outcome)
+
+    @admin.display(description="duration")
+    def duration(self, attempt: Attempt) -> str:
+        if attempt.finished_at is None or attempt.started_at is None:
+            return "running" if attempt.outcome == "RUNNING" else "-"
+        return f"{(attempt.finished_at - attempt.started_at).total_seconds():.3f}s"
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = [
+        "short_id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "age",
+        "worker_id", "short_error",
+    ]
+    list_display_links = ["short_id"]
+    list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter]
+    search_fields = ["id", "dedupe_key", "kind"]
+    search_help_text = "A job id, a dedupe key (Idempotency-Key) or a kind, exactly."
+    ordering = ["-created_at"]
+    list_per_page = 50
+    show_full_result_count = False
+    paginator = CappedCountPaginator
+    actions = ["replay_selected", "cancel_selected"]
+    inlines = [AttemptInline]
+    change_form_template = "admin/reliableq/job/change_form.html"
+    fields = [
+        "id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "lease_token",
+        "lease_expires_at", "worker_id", "dedupe_key", "effect_key", "charges_link", "last_error",
+        "payload_pretty", "created_at", "updated_at", "finished_at",
+    ]
+    readonly_fields = fields
+
+    # -- read only ------------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_replay_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reliableq.replay_job")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reliableq.cancel_job")
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[QuerySet[Job], bool]:
+        """Exact matches only, each served by an index: id, dedupe key, kind."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        return queryset.filter(dedupe_key=term) | queryset.filter(kind=term), False
+
+    # -- columns --------------------------------------------------------------------------
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, job: Job) -> str:
+        return str(job.id)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, job: Job) -> str:
+        return status_badge(job.status)
+
+    @admin.display(description="attempts")
+    def attempts_display(self, job: Job) -> str:
+        return f"{job.attempts} / {job.max_attempts}"
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, job: Job) -> str:
+        return timesince(job.created_at, timezone.now()) if job.created_at else "-"
+
+    @admin.display(description="last error")
+    def short_error(self, job: Job) -> str:
+        error = job.last_error or ""
+        return error if len(error) <= 80 else error[:79] + "…"
+
+    @admin.display(description="effect key")
+    def effect_key(self, job: Job) -> str:
+        return job.effect_key
+
+    @admin.display(description="payload")
+    def payload_pretty(self, job: Job) -> str:
+        return format_html("<pre style=\"margin:0\">{}</pre>", json.dumps(job.payload, indent=2, sort_keys=True))
+
+    @admin.display(description="charges")
+    def charges_link(self, job: Job) -> str:
+        if job.kind != "charge":
+            return "-"
+        try:
+            url = reverse("admin:charges_charge_changelist")
+        except Exception:
+            return "-"
+        return format_html('<a href="{}?q={}">charges with key {}</a>', url, job.effect_key, job.effect_key)
+
+    # -- replay and cancel ----------------------------------------------------------------
+
+    @admin.action(description="Replay selected dead jobs", permissions=["replay"])
+    def replay_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        return self._confirm_then(
+            request, queryset, action="replay_selected", needed=JobStatus.DEAD, verb="Replay",
+            act=services.replay, message="Replayed: back to PENDING with the same id and effect key.",
+        )
+
+    @admin.action(description="Cancel selected pending jobs", permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        return self._confirm_then(
+            request, queryset, action="cancel_selected", needed=JobStatus.PENDING, verb="Cancel",
+            act=services.cancel, message="Cancelled.",
+        )
+
+    def _confirm_then(self, request: HttpRequest, queryset: QuerySet[Job], *, action: str, needed: str,
+                      verb: str, act: Any, message: str) -> HttpResponse | None:
+        jobs = list(queryset.order_by("-created_at"))
+        eligible = [j for j in jobs if j.status == needed]
+        skipped = [j for j in jobs if j.status != needed]
+        if request.POST.get("confirm") != "yes":
+            return TemplateResponse(request, "admin/reliableq/job/confirm_action.html", {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "title": f"{verb} {len(eligible)} job(s)?",
+                "verb": verb,
+                "action": action,
+                "needed": needed,
+                "eligible": eligible,
+                "skipped": skipped,
+                "all_jobs": jobs,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            })
+        done = 0
+        for job in eligible:
+            try:
+                changed = act(job.pk)
+            except services.WrongStatus:
+                skipped.append(job)  # changed since the confirmation page
+                continue
+            audit(request, changed, message)
+            done += 1
+        if done:
+            self.message_user(request, f"{verb}ed {done} job(s).".replace("Canceled", "Cancelled"), messages.SUCCESS)
+        if skipped:
+            self.message_user(
+                request, f"Skipped {len(skipped)} job(s) that are not {needed}.", messages.WARNING
+            )
+        return None
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one), name="reliableq_job_replay"),
+        ] + super().get_urls()
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        extra = dict(extra_context or {})
+        job = self.get_object(request, object_id)
+        extra["can_replay"] = bool(job and job.status == JobStatus.DEAD and self.has_replay_permission(request))
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    def replay_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return _replay_one(self, request, object_id)
+
+
+@require_POST
+def _replay_one(model_admin: JobAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+    if not model_admin.has_replay_permission(request):
+        raise PermissionDenied
+    job = model_admin.get_object(request, object_id)
+    if job is None:
+        return HttpResponseRedirect(reverse("admin:reliableq_job_changelist"))
+    try:
+        job = services.replay(job.pk)
+    except services.WrongStatus as exc:
+        model_admin.message_user(request, str(exc), messages.ERROR)
+    else:
+        audit(request, job, "Replayed: back to PENDING with the same id and effect key.")
+        model_admin.message_user(request, f"Job {job.id} replayed: it is PENDING again.", messages.SUCCESS)
+    return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
+
+
+@admin.register(QueueDashboard)
+class QueueDashboardAdmin(admin.ModelAdmin):
+    """Shown in the admin index as "Queue dashboard"; its list page is the dashboard."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("reliableq.view_job")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        snapshot = stats.snapshot()
+        jobs_url = reverse("admin:reliableq_job_changelist")
+        return TemplateResponse(request, "admin/reliableq/queuedashboard/dashboard.html", {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Queue dashboard",
+            "snapshot": snapshot,
+            "statuses": [(s, snapshot["by_status"][s], status_badge(s), f"{jobs_url}?status__exact={s}")
+                         for s in JobStatus.values],
+            "kinds": sorted(snapshot["by_kind"].items()),
+            "status_names": JobStatus.values,
+            "dead_url": f"{jobs_url}?status__exact=DEAD",
+            "expired_url": f"{jobs_url}?lease=expired",
+            "last_hour": stats.last_hour(),
+        })
