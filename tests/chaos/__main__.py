@@ -1,0 +1,56 @@
+"""python -m tests.chaos --seeds 20 --jobs 1200: the long chaos profile, with a summary table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+
+
+def main() -> int:
+    from .runner import LONG, ChaosRun, Profile, reproduce_command
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, default=LONG.seeds)
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=LONG.jobs, help="jobs per seed")
+    parser.add_argument("--workers", type=int, default=LONG.workers)
+    parser.add_argument("--fault-seconds", type=float, default=LONG.fault_seconds)
+    parser.add_argument("--log-dir", type=Path, default=Path(".pgdata/chaos-logs"))
+    args = parser.parse_args()
+    if args.seeds < 1 or args.jobs < 1 or args.workers < 1:
+        parser.error("--seeds, --jobs and --workers must be at least 1")
+    profile = Profile(seeds=args.seeds, jobs=args.jobs, workers=args.workers, fault_seconds=args.fault_seconds)
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    totals: Counter[str] = Counter()
+    statuses: Counter[str] = Counter()
+    failed = []
+    print("| seed | jobs | SUCCEEDED | DEAD | faults injected | violations | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        outcome = ChaosRun(seed, profile, log_dir=args.log_dir, say=lambda s: print(f"  {s}", file=sys.stderr)).run()
+        totals += outcome.faults
+        statuses += outcome.statuses
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(outcome.faults.items()))
+        print(f"| {seed} | {outcome.jobs} | {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
+              f"| {len(outcome.report.violations)} | {outcome.seconds:.0f} |", flush=True)
+        if not outcome.ok:
+            failed.append(seed)
+            for line in outcome.report.violations:
+                print(f"    {line}", file=sys.stderr)
+            print(f"    reproduce: {reproduce_command(seed, profile)}", file=sys.stderr)
+    print()
+    print(f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {statuses['SUCCEEDED']} SUCCEEDED, "
+          f"{statuses['DEAD']} DEAD, violations in {len(failed)} seed(s), {time.monotonic() - started:.0f}s")
+    print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""One seeded chaos run: real workers, a real charge service, a PostgreSQL the suite owns, and faults.
+
+Everything random comes from the seed: the job mix, which workers carry which crash point,
+and the schedule of SIGKILL, SIGSTOP, pg_terminate_backend, a PostgreSQL restart and the
+charge service's 503 / no-answer phases. Timing still varies from run to run; the plan does not.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from testproject import dburl, embedded, processes
+
+from .invariants import Report, check
+
+ROOT = processes.ROOT
+DATA_DIR = ROOT / ".pgdata" / "chaos"
+CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize")
+LEASE_SECONDS = 1.5
+CONCURRENCY = 4
+
+
+@dataclass(frozen=True)
+class Profile:
+    seeds: int
+    jobs: int  # per seed
+    workers: int = 3
+    fault_seconds: float = 15.0
+    settle_seconds: float = 150.0
+
+
+QUICK = Profile(seeds=3, jobs=400)
+LONG = Profile(seeds=20, jobs=1200, fault_seconds=30.0)
+
+
+@dataclass
+class Worker:
+    name: str
+    crash_at: str | None
+    process: subprocess.Popen[bytes]
+    log: Path
+    stopped_until: float = 0.0
+
+
+@dataclass
+class Outcome:
+    seed: int
+    jobs: int
+    seconds: float
+    faults: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+    report: Report = field(default_factory=Report)
+
+    @property
+    def ok(self) -> bool:
+        return not self.report.violations
+
+
+class ChaosRun:
+    def __init__(self, seed: int, profile: Profile, *, log_dir: Path, say: Any = print) -> None:
+        self.seed = seed
+        self.profile = profile
+        self.rng = random.Random(seed)
+        self.log_dir = log_dir
+        self.say = say
+        self.workers: list[Worker] = []
+        self.dead_workers: list[Worker] = []
+        self.incarnations = 0
+        self.faults: Counter[str] = Counter()
+        self.api: subprocess.Popen[bytes] | None = None
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def database(self) -> dict[str, Any]:
+        socket_dir = embedded.ensure_running(DATA_DIR)
+        return {"ENGINE": "django.db.backends.postgresql", "NAME": "postgres", "USER": "postgres",
+                "HOST": socket_dir, "PORT": ""}
+
+    def url(self, application_name: str = "") -> str:
+        db = self.database()
+        if application_name:
+            db["OPTIONS"] = {"application_name": application_name}
+        return dburl.build(db)
+
+    def admin(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url("rq-chaos-admin"), autocommit=True)
+
+    def prepare(self) -> str:
+        """Migrate once, empty the tables, make a token for the workers."""
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True,
+                       env=processes.child_env(DATABASE_URL=self.url()))
+        token = uuid.uuid4().hex
+        with self.admin() as conn:
+            conn.execute("TRUNCATE reliableq_attempt, reliableq_job, charges_charge, charges_chargerequest, "
+                         "charges_servicefault, authtoken_token, auth_user_user_permissions, auth_user CASCADE")
+            user_id = conn.execute(
+                "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email, is_staff,"
+                " is_active, date_joined) VALUES ('!', false, 'chaos', '', '', '', false, true, now()) RETURNING id"
+            ).fetchone()[0]  # type: ignore[index]
+            conn.execute("INSERT INTO authtoken_token (key, user_id, created) VALUES (%s, %s, now())", (token[:40], user_id))
+            conn.execute("INSERT INTO charges_servicefault (id, delay_seconds, unavailable_rate, no_answer_rate) "
+                         "VALUES (1, 0, 0, 0)")
+        return token[:40]
+
+    def env(self, name: str, crash_at: str | None = None) -> dict[str, str]:
+        env = processes.child_env(
+            DATABASE_URL=self.url(f"rq-chaos-{name}"),
+            RELIABLEQ_LEASE_SECONDS=LEASE_SECONDS,
+            RELIABLEQ_BACKOFF_BASE_SECONDS="0.05",
+            RELIABLEQ_BACKOFF_MAX_SECONDS="0.5",
+            RELIABLEQ_POLL_SECONDS="0.1",
+            RELIABLEQ_FAULT_INJECTION="1",
+            RELIABLEQ_CHARGE_SERVICE_URL=self.base_url,
+            RELIABLEQ_CHARGE_SERVICE_TOKEN=self.token,
+            RELIABLEQ_LOG_LEVEL="WARNING",
+        )
+        for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED"):
+            env.pop(key, None)
+        if crash_at:
+            env.update(RELIABLEQ_CRASH_AT=crash_at, RELIABLEQ_CRASH_RATE=str(self.rng.choice([0.01, 0.02, 0.04])),
+                       RELIABLEQ_CRASH_SEED=str(self.rng.randrange(10**9)))
+        return env
+
+    def start_worker(self, *, faults: bool) -> Worker:
+        self.incarnations += 1
+        name = f"w{self.incarnations}"
+        crash_at = self.rng.choice([None, *CRASH_POINTS]) if faults else None
+        log = self.log_dir / f"seed{self.seed}-{name}.log"
+        with log.open("wb") as out:
+            process = processes.start_worker(
+                ["--concurrency", str(CONCURRENCY), "--worker-id", name, "--grace-seconds", "2"],
+                env=self.env(name, crash_at), log=out,
+            )
+        worker = Worker(name=name, crash_at=crash_at, process=process, log=log)
+        self.workers.append(worker)
+        return worker
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def job_rows(self, n: int) -> list[tuple[Any, ...]]:
+        rows = []
+        for _ in range(n):
+            roll = self.rng.random()
+            if roll < 0.35:
+                kind, payload, budget = "charge", {"amount": self.rng.randrange(100, 100000), "currency": "EUR"}, 8
+            elif roll < 0.60:
+                kind, payload, budget = "chaos.flaky", {"rate": self.rng.choice([0.1, 0.3, 0.5])}, 6
+            elif roll < 0.67:
+                kind, payload, budget = "test.permanent", {}, 5
+            elif roll < 0.72:
+                kind, payload, budget = "chaos.slow", {"seconds": round(LEASE_SECONDS * 2, 2)}, 4
+            else:
+                kind, payload, budget = "demo.noop", {}, 5
+            rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), kind, json.dumps(payload), budget))
+        return rows
+
+    def enqueue(self, rows: list[tuple[Any, ...]]) -> None:
+        with self.admin() as conn, conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts,"
+                " run_at, worker_id, last_error, created_at, updated_at)"
+                " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', now(), now())",
+                rows,
+            )
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def plan(self) -> list[tuple[float, str]]:
+        span = self.profile.fault_seconds
+        events = [(self.rng.uniform(1, span), "sigkill") for _ in range(self.rng.randint(2, 4))]
+        events += [(self.rng.uniform(1, span - 3), "sigstop") for _ in range(self.rng.randint(1, 2))]
+        events += [(self.rng.uniform(1, span), "terminate_backends") for _ in range(self.rng.randint(1, 2))]
+        events.append((self.rng.uniform(span * 0.3, span * 0.8), "pg_restart"))
+        start = self.rng.uniform(0.5, span * 0.4)
+        events += [(start, "service_unavailable_50"), (start + span * 0.3, "service_no_answer"),
+                   (start + span * 0.5, "service_healthy")]
+        events += [(self.rng.uniform(0, span * 0.6), "enqueue_more")]
+        return sorted(events)
+
+    def inject(self, event: str) -> None:
+        alive = [w for w in self.workers if w.process.poll() is None and not w.stopped_until]
+        if event == "sigkill" and alive:
+            victim = self.rng.choice(alive)
+            victim.process.send_signal(signal.SIGKILL)
+        elif event == "sigstop" and alive:
+            victim = self.rng.choice(alive)
+            victim.process.send_signal(signal.SIGSTOP)
+            victim.stopped_until = time.monotonic() + LEASE_SECONDS + 1.0  # past its lease
+        elif event == "terminate_backends":
+            with self.admin() as conn:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE application_name LIKE 'rq-chaos-w%%' AND pid <> pg_backend_pid()")
+        elif event == "pg_restart":
+            embedded.restart(DATA_DIR)
+        elif event.startswith("service_"):
+            rates = {"service_unavailable_50": (0.5, 0.0), "service_no_answer": (0.0, 0.3), "service_healthy": (0.0, 0.0)}
+            unavailable, no_answer = rates[event]
+            with self.admin() as conn:
+                conn.execute("UPDATE charges_servicefault SET unavailable_rate = %s, no_answer_rate = %s",
+                             (unavailable, no_answer))
+            if event == "service_healthy":
+                return
+        elif event == "enqueue_more":
+            self.enqueue(self.late_rows)
+            return
+        else:
+            return
+        self.faults[event] += 1
+
+    def supervise(self, *, faults: bool) -> None:
+        """Restart workers that died, resume workers stopped past their lease: what a supervisor does."""
+        now = time.monotonic()
+        for worker in list(self.workers):
+            if worker.stopped_until and now >= worker.stopped_until:
+                worker.process.send_signal(signal.SIGCONT)
+                worker.stopped_until = 0.0
+            if worker.process.poll() is not None:
+                self.workers.remove(worker)
+                self.dead_workers.append(worker)
+                self.start_worker(faults=faults)
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        started = time.monotonic()
+        self.token = self.prepare()
+        port = processes.free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        api_log = (self.log_dir / f"seed{self.seed}-api.log").open("wb")
+        self.api = processes.start_api(port, env=self.env("api"), log=api_log, workers=2, threads=8)
+        try:
+            processes.wait_http(f"{self.base_url}/v1/schema", process=self.api)
+            rows = self.job_rows(self.profile.jobs)
+            split = int(len(rows) * 0.6)
+            self.enqueue(rows[:split])
+            self.late_rows = rows[split:]
+            for _ in range(self.profile.workers):
+                self.start_worker(faults=True)
+            self.say(f"seed {self.seed}: {len(rows)} jobs, {self.profile.workers} workers x {CONCURRENCY}, "
+                     f"faults for {self.profile.fault_seconds:g}s")
+            fault_start = time.monotonic()
+            for at, event in self.plan():
+                while time.monotonic() - fault_start < at:
+                    self.supervise(faults=True)
+                    time.sleep(0.05)
+                self.inject(event)
+            while time.monotonic() - fault_start < self.profile.fault_seconds:
+                self.supervise(faults=True)
+                time.sleep(0.05)
+            self.settle()
+        finally:
+            self.shutdown()
+            api_log.close()
+        outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
+        outcome.faults = self.faults + self.crash_counts()
+        with self.admin() as conn:
+            outcome.report = check(conn, concurrency=CONCURRENCY)
+            outcome.statuses = Counter(dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall()))
+            for fault, n in conn.execute("SELECT fault, count(*) FROM charges_chargerequest WHERE fault <> '' GROUP BY 1"):
+                outcome.faults[f"service_{fault}"] = n
+        return outcome
+
+    def settle(self) -> None:
+        """Faults off: replace crash-prone workers with clean ones and wait until every job is finished."""
+        for worker in list(self.workers):
+            if worker.stopped_until:
+                worker.process.send_signal(signal.SIGCONT)
+                worker.stopped_until = 0.0
+            if worker.crash_at:
+                processes.stop(worker.process)
+        deadline = time.monotonic() + self.profile.settle_seconds
+        while True:
+            self.supervise(faults=False)
+            try:
+                with self.admin() as conn:
+                    (left,) = conn.execute(
+                        "SELECT count(*) FROM reliableq_job WHERE status NOT IN ('SUCCEEDED', 'DEAD')"
+                    ).fetchone()  # type: ignore[misc]
+            except psycopg.OperationalError:
+                left = -1
+            if left == 0:
+                return
+            if time.monotonic() > deadline:
+                self.say(f"seed {self.seed}: {left} job(s) still unfinished after {self.profile.settle_seconds:g}s")
+                return
+            time.sleep(0.2)
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            processes.stop(worker.process)
+        if self.api is not None:
+            processes.stop(self.api)
+
+    def crash_counts(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for worker in self.workers + self.dead_workers:
+            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+            for point in CRASH_POINTS:
+                counts[f"crash_{point}"] += text.count(f"SIGKILL at {point}")
+        return +counts
+
+
+def reproduce_command(seed: int, profile: Profile) -> str:
+    return (f"python -m tests.chaos --first-seed {seed} --seeds 1 --jobs {profile.jobs} "
+            f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g}")

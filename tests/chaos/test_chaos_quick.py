@@ -1,0 +1,27 @@
+"""The quick chaos profile: 3 seeds, 1,200 jobs, 3 workers, every fault type, then PostgreSQL is checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .runner import QUICK, ChaosRun, reproduce_command
+
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
+
+
+@pytest.mark.parametrize("seed", range(1, QUICK.seeds + 1))
+def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -> None:
+    outcome = ChaosRun(seed, QUICK, log_dir=tmp_path).run()
+    print(f"seed {seed}: {outcome.jobs} jobs in {outcome.seconds:.0f}s, statuses {dict(outcome.statuses)}, "
+          f"faults {dict(outcome.faults)}")
+    assert outcome.ok, "\n".join(
+        [*outcome.report.violations, f"reproduce: {reproduce_command(seed, QUICK)}", f"logs: {tmp_path}"]
+    )
+    # The run must really have been chaotic, or passing proves nothing.
+    assert outcome.faults["pg_restart"] == 1
+    assert outcome.faults["sigkill"] >= 2
+    assert outcome.faults["sigstop"] >= 1
+    assert outcome.faults["terminate_backends"] >= 1
+    assert sum(outcome.statuses.values()) == outcome.jobs

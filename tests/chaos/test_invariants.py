@@ -1,0 +1,103 @@
+"""The invariant checks can fail: each one is shown a database that breaks it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from .invariants import check
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def job(conn: psycopg.Connection[Any], *, status: str, attempts: int, max_attempts: int = 5, kind: str = "demo.noop",
+        payload: str = "{}", last_error: str = "", token: uuid.UUID | None = None) -> uuid.UUID:
+    job_id = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,"
+        " worker_id, last_error, lease_token, lease_expires_at, created_at, updated_at)"
+        " VALUES (%s, %s, 'default', 0, %s::jsonb, %s, %s, %s, now(), 'w1', %s, %s,"
+        " CASE WHEN %s::uuid IS NULL THEN NULL ELSE now() END, now(), now())",
+        (job_id, kind, payload, status, attempts, max_attempts, last_error, token, token),
+    )
+    return job_id
+
+
+def attempt(conn: psycopg.Connection[Any], job_id: uuid.UUID, number: int, outcome: str, *,
+            worker: str = "w1", start: float = 0, end: float | None = 1) -> None:
+    conn.execute(
+        "INSERT INTO reliableq_attempt (job_id, number, worker_id, lease_token, started_at, finished_at, outcome, error)"
+        " VALUES (%s, %s, %s, gen_random_uuid(), '2030-01-01'::timestamptz + make_interval(secs => %s),"
+        " CASE WHEN %s::float8 IS NULL THEN NULL ELSE '2030-01-01'::timestamptz + make_interval(secs => %s) END, %s, '')",
+        (job_id, number, worker, start, end, end, outcome),
+    )
+
+
+@pytest.fixture
+def conn(db_url: str) -> Any:
+    with psycopg.connect(db_url, autocommit=True) as connection:
+        yield connection
+
+
+def names(conn: psycopg.Connection[Any], concurrency: int = 4) -> set[str]:
+    return check(conn, concurrency=concurrency).names
+
+
+def test_a_clean_history_passes(conn: psycopg.Connection[Any]) -> None:
+    done = job(conn, status="SUCCEEDED", attempts=2)
+    attempt(conn, done, 1, "LEASE_EXPIRED", start=0, end=2)
+    attempt(conn, done, 2, "SUCCEEDED", worker="w2", start=3, end=4)
+    dead = job(conn, status="DEAD", attempts=1, last_error="boom")
+    attempt(conn, dead, 1, "FAILED_PERMANENT")
+    assert check(conn, concurrency=4).violations == []
+
+
+def test_a_stuck_job_is_reported(conn: psycopg.Connection[Any]) -> None:
+    job(conn, status="PENDING", attempts=0)
+    assert "terminal" in names(conn)
+
+
+def test_a_finalization_by_a_stale_token_is_reported(conn: psycopg.Connection[Any]) -> None:
+    stale = job(conn, status="SUCCEEDED", attempts=2)
+    attempt(conn, stale, 1, "SUCCEEDED")  # the old owner "won"
+    attempt(conn, stale, 2, "LEASE_LOST", start=2, end=3)
+    assert "final_state_by_last_token" in names(conn)
+
+
+def test_attempts_over_budget_or_missing_are_reported(conn: psycopg.Connection[Any]) -> None:
+    over = job(conn, status="DEAD", attempts=3, max_attempts=2, last_error="x")
+    for n in (1, 2, 3):
+        attempt(conn, over, n, "FAILED_TRANSIENT", start=n * 2, end=n * 2 + 1)
+    missing = job(conn, status="DEAD", attempts=2, max_attempts=2, last_error="x")
+    attempt(conn, missing, 2, "FAILED_TRANSIENT")
+    assert "budget_and_history" in names(conn)
+
+
+def test_a_dead_job_without_an_error_is_reported(conn: psycopg.Connection[Any]) -> None:
+    dead = job(conn, status="DEAD", attempts=1)
+    attempt(conn, dead, 1, "FAILED_PERMANENT")
+    assert "dead_has_error" in names(conn)
+
+
+def test_a_succeeded_charge_job_without_its_charge_is_reported(conn: psycopg.Connection[Any]) -> None:
+    charged = job(conn, status="SUCCEEDED", attempts=1, kind="charge", payload='{"amount": 5, "currency": "EUR"}')
+    attempt(conn, charged, 1, "SUCCEEDED")
+    assert "succeeded_charge_committed_once" in names(conn)
+
+
+def test_more_handlers_in_flight_than_slots_is_reported(conn: psycopg.Connection[Any]) -> None:
+    for i in range(3):
+        overlapping = job(conn, status="SUCCEEDED", attempts=1)
+        attempt(conn, overlapping, 1, "SUCCEEDED", start=i * 0.1, end=10)
+    assert "in_flight_within_concurrency" in names(conn, concurrency=2)
+    assert "in_flight_within_concurrency" not in names(conn, concurrency=3)
+
+
+def test_an_open_attempt_or_a_left_lease_is_reported(conn: psycopg.Connection[Any]) -> None:
+    held = job(conn, status="RUNNING", attempts=1, token=uuid.uuid4())
+    attempt(conn, held, 1, "RUNNING", end=None)
+    found = names(conn)
+    assert {"attempts_closed", "no_lease_left"} <= found
