@@ -101,6 +101,10 @@ class AttemptInline(admin.TabularInline):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The history is part of the job: whoever may view the job sees it (no separate view_attempt).
+        return request.user.has_perm("reliableq.view_job")
+
     @admin.display(description="outcome")
     def outcome_badge(self, attempt: Attempt) -> str:
         colour = "#2e7d32" if attempt.outcome == "SUCCEEDED" else "#b35900" if attempt.outcome == "RUNNING" else "#b71c1c"
@@ -126,6 +130,7 @@ class JobAdmin(admin.ModelAdmin):
     ordering = ["-created_at"]
     list_per_page = 50
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # "Show counts" would COUNT the whole table once per filter
     paginator = CappedCountPaginator
     actions = ["replay_selected", "cancel_selected"]
     inlines = [AttemptInline]
@@ -160,10 +165,11 @@ class JobAdmin(admin.ModelAdmin):
         if not term:
             return queryset, False
         try:
-            return queryset.filter(pk=uuid.UUID(term)), False
+            job_id = uuid.UUID(term)
         except ValueError:
-            pass
-        return queryset.filter(dedupe_key=term) | queryset.filter(kind=term), False
+            return queryset.filter(dedupe_key=term) | queryset.filter(kind=term), False
+        # A UUID may be a job id or an Idempotency-Key (clients often use UUIDs for those).
+        return queryset.filter(pk=job_id) | queryset.filter(dedupe_key=term), False
 
     # -- columns --------------------------------------------------------------------------
 
@@ -269,11 +275,11 @@ class JobAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context=extra)
 
     def replay_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return _replay_one(self, request, object_id)
+        return _replay_one(request, self, object_id)
 
 
-@require_POST
-def _replay_one(model_admin: JobAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+@require_POST  # its wrapper takes the request as the first argument
+def _replay_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:
     if not model_admin.has_replay_permission(request):
         raise PermissionDenied
     job = model_admin.get_object(request, object_id)

@@ -22,6 +22,9 @@ class JobFactory(factory.django.DjangoModelFactory):
 class RunningJobFactory(JobFactory):
     """A job claimed by `worker_id` under a lease, with its open attempt."""
 
+    class Meta:
+        skip_postgeneration_save = True  # the hook only adds the attempt; the job needs no second save
+
     status = JobStatus.RUNNING
     attempts = 1
     lease_token = factory.LazyFunction(uuid.uuid4)

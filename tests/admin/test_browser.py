@@ -1,0 +1,184 @@
+"""An operator replays a DEAD job in a real browser (Debian's chromium, driven by Playwright).
+
+The admin is served by a real gunicorn (testproject.processes.start_api) on the test database.
+That server, like a production one, does not serve /static/: the browser gets the admin's CSS
+and JavaScript from Django's static finders through a Playwright route, so the screenshots look
+like the real admin and its actions script runs.
+
+Without chromium or playwright the test is skipped, except under CI (CI set), where it fails:
+.ci/run installs chromium first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.staticfiles import finders
+
+from reliableq.models import Attempt, Job, JobStatus
+from testproject import processes
+from tests.support import ROOT
+
+from .conftest import PASSWORD, OPERATOR_PERMS, job_in, make_staff
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+ARTIFACTS = ROOT / "artifacts"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture
+def playwright_api() -> Any:
+    """playwright.sync_api, or a skip (a failure under CI) when it or chromium is missing."""
+    missing = []
+    if not os.access(CHROMIUM, os.X_OK):
+        missing.append(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    try:
+        import playwright.sync_api as api
+    except ImportError:
+        api = None
+        missing.append("the playwright package is not installed (pip install -e '.[dev]')")
+    if missing:
+        reason = "browser test: " + "; ".join(missing)
+        if in_ci():
+            pytest.fail(reason + " -- CI must run this test, not skip it", pytrace=False)
+        pytest.skip(reason)
+    return api
+
+
+@pytest.fixture
+def live_admin(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """gunicorn serving testproject (and its /admin/) on a free port, on the test database."""
+    port = processes.free_port()
+    log_path = tmp_path / "gunicorn.log"
+    with log_path.open("wb") as log:
+        env = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0")
+        server = processes.start_api(port, env=env, log=log, workers=1, threads=4)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        processes.wait_http(f"{url}/admin/login/", timeout=30, process=server)
+        yield url, log_path
+    finally:
+        processes.stop(server)
+
+
+def serve_static(route: Any) -> None:
+    """Answer /static/... from Django's static finders (what collectstatic + a web server would do)."""
+    name = urllib.parse.unquote(urllib.parse.urlparse(route.request.url).path).removeprefix("/static/")
+    found = finders.find(name)
+    if found:
+        route.fulfill(path=found)
+    else:
+        route.fulfill(status=404, body="not found")
+
+
+def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
+    playwright_api: Any, live_admin: tuple[str, Path],
+) -> None:
+    url, server_log = live_admin
+    sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
+    operator = make_staff("operator", *OPERATOR_PERMS, password=PASSWORD)
+    dead = job_in(JobStatus.DEAD, kind="test.always_fails", payload={"order": 42, "note": "card declined"})
+    other_dead = job_in(JobStatus.DEAD, kind="test.permanent", attempts=1,
+                        last_error="PermanentError: the input can never be valid")
+    job_in(JobStatus.PENDING, kind="demo.noop")
+    job_in(JobStatus.SUCCEEDED, kind="test.flaky")
+    history = list(Attempt.objects.filter(job=dead).order_by("number").values_list("id", "outcome"))
+    short = str(dead.pk)[:8]
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    # No ORM inside this block: Playwright's sync API runs an event loop in this thread.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = None
+        try:
+            context = browser.new_context(base_url=url, viewport={"width": 1920, "height": 1000})
+            context.route(re.compile(r"^http://127\.0\.0\.1:\d+/static/"), serve_static)
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            expect.set_options(timeout=15_000)
+
+            page.goto("/admin/login/?next=/admin/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", PASSWORD)
+            page.click('input[type="submit"]')
+            expect(page.locator("#user-tools")).to_contain_text("operator")
+
+            page.goto("/admin/reliableq/job/")
+            expect(page.locator("#result_list tbody tr")).to_have_count(4)
+            status_filter = page.locator('#changelist-filter details[data-filter-title="status"]')
+            status_filter.get_by_role("link", name="Dead", exact=True).click()
+            expect(page).to_have_url(re.compile(r"status__exact=DEAD"))
+            expect(page.locator("#result_list tbody tr")).to_have_count(2)
+            expect(page.locator("#result_list .rq-status")).to_have_text(["DEAD", "DEAD"])
+
+            page.locator("#result_list").get_by_role("link", name=short, exact=True).click()
+            expect(page.locator("h1")).to_have_text("View job")
+            expect(page.locator(".field-id .readonly")).to_have_text(str(dead.pk))
+            attempts = page.locator("#attempt_set-group tbody tr.has_original")
+            expect(attempts).to_have_count(3)
+            expect(attempts.locator("td.field-number")).to_have_text(["1", "2", "3"])
+            expect(attempts.locator("td.field-outcome_badge")).to_have_text(
+                ["FAILED_TRANSIENT", "FAILED_TRANSIENT", "FAILED_PERMANENT"])
+            expect(attempts.locator("td.field-error").first).to_have_text("attempt 1 failed: boom")
+            expect(page.locator(".field-payload_pretty pre")).to_contain_text('"order": 42')
+            expect(page.locator("#replay-job")).to_be_visible()
+            page.screenshot(path=ARTIFACTS / "admin-dead-job-page.png", full_page=True)
+
+            page.go_back()
+            expect(page).to_have_url(re.compile(r"status__exact=DEAD"))
+            page.locator(f'#result_list input.action-select[value="{dead.pk}"]').check()
+            page.select_option('select[name="action"]', label="Replay selected dead jobs")
+            page.click('button[name="index"]')  # "Go"
+
+            expect(page.locator("h1")).to_have_text("Replay 1 job(s)?")
+            expect(page.locator("#eligible-jobs")).to_contain_text(str(dead.pk))
+            page.click("#confirm-action")
+
+            expect(page.locator("ul.messagelist")).to_contain_text("Replayed 1 job(s).")
+            expect(page.locator("#result_list").get_by_role("link", name=short, exact=True)).to_have_count(0)
+            page.screenshot(path=ARTIFACTS / "admin-replayed-message.png", full_page=True)
+
+            page.locator('#changelist-filter details[data-filter-title="status"]').get_by_role(
+                "link", name="All", exact=True).click()
+            row = page.locator("#result_list tbody tr").filter(
+                has=page.get_by_role("link", name=short, exact=True))
+            expect(row.locator(".rq-status")).to_have_text("PENDING")
+            expect(row.locator("td.field-attempts_display")).to_have_text(re.compile(r"^3 / \d+$"))
+            page.screenshot(path=ARTIFACTS / "admin-job-list-after-replay.png", full_page=True)
+
+            page.goto("/admin/")
+            page.get_by_role("link", name="Queue dashboard").first.click()
+            expect(page.locator("#dead-count")).to_have_text("1")
+            expect(page.locator("#by-status")).to_contain_text("PENDING")
+            page.screenshot(path=ARTIFACTS / "admin-queue-dashboard.png", full_page=True)
+        except Exception as exc:
+            if page is not None:
+                page.screenshot(path=ARTIFACTS / "admin-browser-failure.png", full_page=True)
+            raise AssertionError(f"{exc}\n--- gunicorn log ---\n{server_log.read_text(errors='replace')[-3000:]}") from exc
+        finally:
+            browser.close()
+
+    dead.refresh_from_db()
+    assert dead.status == JobStatus.PENDING
+    assert list(Attempt.objects.filter(job=dead).order_by("number").values_list("id", "outcome")) == history
+    assert Job.objects.get(pk=other_dead.pk).status == JobStatus.DEAD
+    (entry,) = LogEntry.objects.filter(object_id=str(dead.pk))
+    assert entry.user_id == operator.pk
+    for name in ("admin-dead-job-page.png", "admin-job-list-after-replay.png"):
+        assert (ARTIFACTS / name).stat().st_size > 10_000, name
