@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import urllib.error
@@ -59,7 +60,7 @@ def post_charge(job: ClaimedJob, *, base_url: str, timeout: float) -> tuple[int,
             return response.status, response.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace")
-    except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, OSError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, socket.timeout, OSError) as exc:
         # Maybe it committed, maybe not: retry with the same key and let the service decide.
         reason = getattr(exc, "reason", exc)
         raise reliableq.TransientError(f"no answer from the charge service: {reason}") from None

@@ -29,9 +29,10 @@ class Charge(models.Model):
 
 
 class ChargeRequest(models.Model):
-    """One row per POST /v1/charges received, written before anything else happens.
+    """One row per authenticated POST /v1/charges, written before anything else happens.
 
     It counts the handler runs that reached the service (H), whatever became of them.
+    (Requests refused at authentication never reach the view and are not counted.)
     """
 
     id = models.BigAutoField(primary_key=True)
