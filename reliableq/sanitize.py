@@ -11,17 +11,19 @@ REDACTED = "[redacted]"
 
 # Each pattern keeps its first group (the label) and replaces what follows it.
 _SECRETS = [
-    # key=value and key: value pairs whose key names a secret, also inside a longer name
+    # key=value and key: value pairs whose key names a secret, also at the end of a longer name
     # (DB_PASSWORD, access_token, SECRET_KEY), with either quote style (JSON, Python repr);
-    # a quoted value is redacted whole, spaces included.
+    # a quoted value is redacted whole, spaces included. No leading \b and no prefix pattern:
+    # the match may start inside a name, which keeps the scan linear in the text's length.
     re.compile(
-        r"(?i)\b([\w.-]*?(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|"
+        r"(?i)((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|"
         r"client[_-]?secret|authorization|auth|cookie|session(?:id)?|card(?:[_-]?number)?|cvv|cvc)"
         r"(?:[_-]?(?:key|id|value|token))?[\"']?\s*[:=]\s*)"
         r"(?:\"[^\"]*\"|'[^']*'|[\"']?(?:(?:bearer|basic|token)\s+)?[^\s\"',;&}]+)"
     ),
-    # credentials inside URLs: scheme://user:password@host (the user may be empty)
-    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)"),
+    # credentials inside URLs: scheme://user:password@host (the user may be empty); the scheme's
+    # length is bounded so that long runs of letters and dashes do not make the scan quadratic
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]*:)[^@\s/]+(?=@)"),
     # bearer tokens outside key=value form
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"),
 ]

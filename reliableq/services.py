@@ -82,7 +82,7 @@ def submit(
     if not queue or len(queue) > 100:
         raise InvalidJob("queue must be a non-empty name of at most 100 characters.")
     try:
-        encoded = json.dumps(payload)
+        encoded = json.dumps(payload, allow_nan=False)  # NaN and Infinity are not JSON: jsonb refuses them
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"The payload is not JSON-serializable: {exc}.") from None
 

@@ -14,27 +14,30 @@ def parse(url: str) -> dict[str, Any]:
         raise ValueError(f"DATABASE_URL must start with postgres:// (or sqlite:// for checks); got {parts.scheme}://")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     host = query.pop("host", None) or unquote(parts.hostname or "")
+    port = query.pop("port", None) or str(parts.port or "")
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
         "USER": unquote(parts.username or "postgres"),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": host,
-        "PORT": str(parts.port or ""),
+        "PORT": port,
         "OPTIONS": query,
     }
 
 
 def build(db: dict[str, Any], *, name: str | None = None) -> str:
     """The URL of a PostgreSQL DATABASES entry, optionally for another database name."""
-    user = quote(db.get("USER") or "postgres")
+    user = quote(db.get("USER") or "postgres", safe="")
     password = db.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else f"{user}@"
+    auth = f"{user}:{quote(password, safe='')}@" if password else f"{user}@"
     host = db.get("HOST") or ""
     query = dict(db.get("OPTIONS") or {})
     netloc = auth
     if host.startswith("/"):
         query["host"] = host
+        if db.get("PORT"):
+            query["port"] = str(db["PORT"])  # a socket directory can hold sockets for several ports
     else:
         netloc += host
         if db.get("PORT"):

@@ -12,13 +12,18 @@ from ... import services
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+# now() minus anything much older leaves PostgreSQL's timestamp range (or timedelta's) and fails.
+MAX_AGE = dt.timedelta(days=36500)
 
 
 def parse_age(text: str) -> dt.timedelta:
     match = AGE.match(text.strip())
     if not match:
         raise CommandError(f"--older-than takes a number and a unit (s, m, h, d, w), like 7d or 12h; got {text!r}.")
-    return dt.timedelta(seconds=float(match.group(1)) * UNITS[match.group(2)])
+    seconds = float(match.group(1)) * UNITS[match.group(2)]
+    if seconds > MAX_AGE.total_seconds():
+        raise CommandError(f"--older-than is at most {MAX_AGE.days}d (100 years); got {text!r}.")
+    return dt.timedelta(seconds=seconds)
 
 
 class Command(BaseCommand):

@@ -1,0 +1,61 @@
+"""The RELIABLEQ settings dict: defaults, refusal of unknown keys, reload on override_settings."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from reliableq.conf import DEFAULTS, reliableq_settings
+
+
+def test_unknown_key_is_refused_with_a_clear_message() -> None:
+    with override_settings(RELIABLEQ={"LEASE_SECONDS": 10, "LEASE_SECOND": 10, "BOGUS": 1}):
+        with pytest.raises(ImproperlyConfigured) as raised:
+            reliableq_settings.LEASE_SECONDS
+    message = str(raised.value)
+    assert "Unknown RELIABLEQ setting(s): BOGUS, LEASE_SECOND." in message
+    assert "LEASE_SECONDS" in message  # the known keys are listed to spot the typo
+
+
+def test_settings_work_again_after_a_bad_override_ends() -> None:
+    with override_settings(RELIABLEQ={"BOGUS": 1}):
+        with pytest.raises(ImproperlyConfigured):
+            reliableq_settings.MAX_ATTEMPTS
+    assert isinstance(reliableq_settings.MAX_ATTEMPTS, int)
+
+
+def test_override_settings_reloads_the_values() -> None:
+    original = reliableq_settings.LEASE_SECONDS
+    with override_settings(RELIABLEQ={"LEASE_SECONDS": 7.5}):
+        assert reliableq_settings.LEASE_SECONDS == 7.5
+        with override_settings(RELIABLEQ={"LEASE_SECONDS": 3}):
+            assert reliableq_settings.LEASE_SECONDS == 3
+        assert reliableq_settings.LEASE_SECONDS == 7.5
+    assert reliableq_settings.LEASE_SECONDS == original
+
+
+def test_missing_keys_fall_back_to_the_defaults() -> None:
+    with override_settings(RELIABLEQ={"MAX_ATTEMPTS": 9}):
+        assert reliableq_settings.MAX_ATTEMPTS == 9
+        for key, default in DEFAULTS.items():
+            if key != "MAX_ATTEMPTS":
+                assert getattr(reliableq_settings, key) == default
+    with override_settings(RELIABLEQ=None):
+        assert reliableq_settings.MAX_ATTEMPTS == DEFAULTS["MAX_ATTEMPTS"]
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="No RELIABLEQ setting named 'NOPE'"):
+        reliableq_settings.NOPE
+
+
+def test_contract_keys_have_the_documented_defaults() -> None:
+    assert DEFAULTS["LEASE_SECONDS"] == 30
+    assert DEFAULTS["MAX_ATTEMPTS"] == 5
+    assert DEFAULTS["BACKOFF_BASE_SECONDS"] == 5
+    assert DEFAULTS["BACKOFF_MAX_SECONDS"] == 3600
+    assert DEFAULTS["HANDLER_TIMEOUT_SECONDS"] == 60
+    assert DEFAULTS["MAX_PAYLOAD_BYTES"] == 65536
+    assert DEFAULTS["CHARGE_SERVICE_URL"] == "http://127.0.0.1:8000"
+    assert DEFAULTS["FAULT_INJECTION"] is False
