@@ -26,7 +26,8 @@ class ChargeListView(BaseAPIView):
         if knob is not None and faults.roll(knob.unavailable_rate):
             fault = "unavailable"
         # Written first, in its own commit: H counts every request that reached us.
-        received = ChargeRequest.objects.create(idempotency_key=key[:MAX_KEY], fault=fault)
+        # (NUL cannot be stored in a text column: the record gets a visible stand-in, the request a 400.)
+        received = ChargeRequest.objects.create(idempotency_key=key[:MAX_KEY].replace("\x00", "\\0"), fault=fault)
         faults.delay(knob)
         if fault:
             raise ServiceUnavailable("Injected fault: the charge service is unavailable.")
@@ -35,6 +36,9 @@ class ChargeListView(BaseAPIView):
         if len(key) > MAX_KEY:
             return problem(400, f"The Idempotency-Key header is limited to {MAX_KEY} characters.",
                            code="idempotency_key_too_long")
+        if "\x00" in key:
+            return problem(400, "The Idempotency-Key header cannot contain NUL characters.",
+                           code="idempotency_key_invalid")
         body = ChargeRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:

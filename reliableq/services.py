@@ -197,11 +197,18 @@ def has_work(queues: list[str] | tuple[str, ...]) -> bool:
 
 
 def same_submission(job: Job, request: dict[str, Any]) -> bool:
-    """Whether a repeated Idempotency-Key came with the body that made `job`."""
+    """Whether a repeated Idempotency-Key came with the body that made `job`.
+
+    kind, payload, queue and priority never change. run_at and max_attempts do (a retry
+    moves run_at, a replay raises max_attempts), so they are compared only while the job
+    has never been claimed; after that a resent body is taken as the same submission.
+    """
     if (job.kind, job.payload, job.queue, job.priority) != (
         request["kind"], request["payload"], request["queue"], request["priority"]
     ):
         return False
+    if job.attempts:
+        return True
     if request.get("max_attempts") is not None and request["max_attempts"] != job.max_attempts:
         return False
     if request.get("run_at") is not None and request["run_at"] != job.run_at:

@@ -67,6 +67,10 @@ else:
 
     DATABASES = {"default": embedded.database_settings()}
 
+# Keep connections across requests (each new one costs a PostgreSQL backend fork).
+DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
 if os.environ.get("RELIABLEQ_TEST_DB"):
     # Lets two test runs share one server without dropping each other's test database.
     DATABASES["default"]["TEST"] = {"NAME": os.environ["RELIABLEQ_TEST_DB"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -15,6 +16,14 @@ from . import problems
 
 class ProblemJSONParser(JSONParser):
     """Accept application/json bodies only; anything else is a 415."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            # json raises RecursionError, not ValueError, for [[[[...]]]] nested past the
+            # interpreter's limit: without this, a 500.
+            raise ParseError("JSON parse error - the document is nested too deeply.") from None
 
 
 class BaseAPIView(APIView):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -59,6 +59,25 @@ def problem(status_code: int, detail: str, *, code: str | None = None, **extra: 
     return Response(body, status=status_code, content_type=PROBLEM_JSON)
 
 
+def _encodable(value: Any) -> Any:
+    """The error detail with every string made UTF-8-encodable.
+
+    Details can echo the request (an unknown field's name, say); a lone surrogate in it would
+    make the JSON renderer fail with a 500 instead of answering the 400.
+    """
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    return value
+
+
 def _flatten(detail: Any) -> str:
     if isinstance(detail, dict):
         return "; ".join(f"{k}: {_flatten(v)}" for k, v in detail.items())
@@ -71,12 +90,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler, reshaped: every error body is a problem document."""
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
+    elif isinstance(exc, RequestDataTooBig):
+        # Django refuses to read a body over DATA_UPLOAD_MAX_MEMORY_SIZE; left alone, that is
+        # its own text/html 400 rather than a problem document.
+        exc = PayloadTooLarge("The request body is larger than this server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE).")
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    detail = exc.detail if isinstance(exc, exceptions.APIException) else response.data
+    detail = _encodable(exc.detail if isinstance(exc, exceptions.APIException) else response.data)
     code = exc.get_codes() if isinstance(exc, exceptions.APIException) else None
     extra: dict[str, Any] = {}
     if isinstance(exc, exceptions.ValidationError):

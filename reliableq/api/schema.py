@@ -162,6 +162,7 @@ PATHS: dict[str, Any] = {
                 "415": _problem("The body is not JSON."),
                 "503": _problem("The job could not be stored; nothing was accepted."),
                 "401": AUTH_ERRORS["401"],
+                "403": _problem("CSRF check failed (session authentication)."),
             },
         },
         "get": {
@@ -223,9 +224,11 @@ PATHS: dict[str, Any] = {
                 "200": _json("The original charge for this key and body.", _ref("Charge"), Location="/v1/charges/<id>"),
                 "400": _problem("Missing Idempotency-Key or invalid body."),
                 "409": _problem("The key was used with another body."),
+                "413": _problem("The body is larger than the server accepts."),
                 "415": _problem("The body is not JSON."),
                 "503": _problem("Unavailable (fault injection only)."),
                 "401": AUTH_ERRORS["401"],
+                "403": _problem("CSRF check failed (session authentication)."),
             },
         }
     },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -71,7 +72,37 @@ class SubmitSerializer(serializers.Serializer):
     def validate_payload(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise serializers.ValidationError("The payload must be a JSON object.")
+        why = unstorable(value)
+        if why:
+            raise serializers.ValidationError(why)
         return value
+
+
+def unstorable(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this parsed JSON value, or None if it can store it.
+
+    Valid JSON that jsonb refuses: the escape \\u0000, a lone surrogate (\\ud800), and numbers
+    too large for a float (1e400 parses as infinity). Refused here, they are a 400; at the
+    INSERT they would be a DataError, answered as a 503 "try again" that can never succeed.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "Strings in the payload cannot contain the NUL character (\\u0000)."
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "Strings in the payload cannot contain unpaired surrogates (like \\ud800)."
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "Numbers in the payload must be finite (1e400 is not)."
+    return None
 
 
 def payload_size(payload: Any) -> int:

@@ -6,6 +6,8 @@ import uuid
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from rest_framework import exceptions, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
@@ -44,6 +46,29 @@ class JobPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
 
+    def decode_cursor(self, request: Request) -> Any:
+        """DRF's cursor, checked: a bad one is a 400 (a bad filter), never a 404 or a 500.
+
+        DRF answers an undecodable cursor with 404, and passes a decodable one's position
+        straight into a created_at filter, where a position that is not a timestamp raises
+        Django's ValidationError (a 500).
+        """
+        invalid = exceptions.ValidationError(
+            {"cursor": ["Invalid cursor: pass back a `next` or `previous` link unchanged."]}
+        )
+        try:
+            cursor = super().decode_cursor(request)
+        except exceptions.NotFound:
+            raise invalid from None
+        if cursor is not None and cursor.position is not None:
+            try:
+                position = parse_datetime(cursor.position)
+            except ValueError:
+                position = None
+            if position is None or timezone.is_naive(position):
+                raise invalid
+        return cursor
+
 
 class JobListView(BaseAPIView):
     def get_permissions(self) -> list[BasePermission]:
@@ -72,6 +97,9 @@ class JobListView(BaseAPIView):
         key = request.headers.get("Idempotency-Key") or None
         if key is not None and len(key) > 255:
             raise exceptions.ValidationError({"Idempotency-Key": ["At most 255 characters."]})
+        if key is not None and "\x00" in key:
+            # Not storable in a text column: a DataError at the INSERT, answered as a 503.
+            raise exceptions.ValidationError({"Idempotency-Key": ["NUL characters are not allowed."]})
         try:
             # 202 only after this commits: an acknowledged job is a durable job.
             with transaction.atomic():

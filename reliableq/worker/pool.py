@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from ..leases import ClaimedJob
 
@@ -72,10 +72,21 @@ class Pool:
                 logger.exception("job=%s attempt=%s executor crashed", job.id, job.attempt)
                 outcome = (job, exc)
             finally:
-                close_old_connections()
+                _drop_broken_connections()
             self._report(outcome)
 
     def close(self) -> None:
         for _ in self._threads:
             self._work.put(None)
         connections.close_all()
+
+
+def _drop_broken_connections() -> None:
+    """Close this thread's connections that a handler left unusable; keep healthy ones open.
+
+    (close_old_connections() would also close healthy ones when CONN_MAX_AGE is 0, and
+    reconnecting for every job is the slowest thing a handler thread could do.)
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
+            conn.close()
