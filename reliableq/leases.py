@@ -226,23 +226,74 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
         return {row[0] for row in cursor.fetchall()}
 
 
-def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> int:
-    """Record LEASE_LOST on attempts still open under these tokens; never touch their jobs."""
+def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:
+    """Record LEASE_LOST on attempts still open under these tokens; never touch their jobs.
+
+    Returns the jobs really lost to another owner: those just marked, and those whose attempt
+    a rescuer already closed (LEASE_EXPIRED). An attempt its owner finished itself (a finish
+    that raced the heartbeat) is not a loss and is not returned.
+    """
     leases = list(leases)
     if not leases:
-        return 0
+        return set()
     ids, tokens = zip(*leases)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            UPDATE {ATTEMPT} a
-               SET outcome = 'LEASE_LOST', finished_at = now(), error = %s
-              FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)
-             WHERE a.job_id = lost.id AND a.lease_token = lost.token AND a.outcome = 'RUNNING'
+            WITH lost AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
+            marked AS (
+                UPDATE {ATTEMPT} a
+                   SET outcome = 'LEASE_LOST', finished_at = now(), error = %s
+                  FROM lost
+                 WHERE a.job_id = lost.id AND a.lease_token = lost.token AND a.outcome = 'RUNNING'
+             RETURNING a.job_id
+            )
+            SELECT job_id FROM marked
+            UNION
+            SELECT a.job_id FROM {ATTEMPT} a JOIN lost ON a.job_id = lost.id AND a.lease_token = lost.token
+             WHERE a.outcome IN ('LEASE_EXPIRED', 'LEASE_LOST')
             """,
-            (reason, list(ids), list(tokens)),
+            (list(ids), list(tokens), reason),
         )
-        return cursor.rowcount
+        return {row[0] for row in cursor.fetchall()}
+
+
+def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    """Put back jobs this worker claimed in a transaction whose commit it never heard about.
+
+    When the connection drops during the claim's COMMIT, the claim may have committed: the
+    jobs are RUNNING under our worker id with tokens we never received. Worker ids are unique
+    per process, so every such row is ours; requeue it now instead of waiting for its lease.
+    Attempts stay counted: the claim happened.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH orphans AS MATERIALIZED (
+                    SELECT id, lease_token FROM {JOB}
+                     WHERE status = 'RUNNING' AND worker_id = %s AND NOT (lease_token = ANY(%s::uuid[]))
+                       FOR UPDATE
+                ),
+                closed AS (
+                    UPDATE {ATTEMPT} a
+                       SET outcome = 'LEASE_LOST', finished_at = now(),
+                           error = 'claim commit was not acknowledged; the worker released the job'
+                      FROM orphans
+                     WHERE a.job_id = orphans.id AND a.lease_token = orphans.lease_token AND a.outcome = 'RUNNING'
+                )
+                UPDATE {JOB} j
+                   SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+                       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+                       run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+                       last_error = 'claim commit was not acknowledged; the worker released the job'
+                  FROM orphans
+                 WHERE j.id = orphans.id AND j.lease_token = orphans.lease_token
+             RETURNING j.id
+                """,
+                (worker_id, [str(t) for t in known]),
+            )
+            return [row[0] for row in cursor.fetchall()]
 
 
 def finish(finishes: Sequence[Finish]) -> FinishResult:

@@ -7,7 +7,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, connection
 
 from .. import leases
 
@@ -40,20 +40,26 @@ class Heartbeat(threading.Thread):
             return
         try:
             renewed = leases.renew(held.items(), lease_seconds=self.lease_seconds)
-        except DatabaseError as exc:
+        except (DatabaseError, InterfaceError) as exc:
             # The lease runs on; the next beat tries again on a fresh connection.
             logger.warning("heartbeat failed, %s lease(s) not renewed: %s", len(held), exc)
             connection.close()
             return
         now_held = self._held()
-        lost = [(job_id, token) for job_id, token in held.items() if job_id not in renewed and now_held.get(job_id) == token]
-        if lost:
-            self._on_lost(lost)
-            try:
-                leases.mark_lost(lost, reason="lease lost: found by heartbeat, another owner has the job")
-            except DatabaseError as exc:
-                logger.warning("could not record %s lost lease(s): %s", len(lost), exc)
-                connection.close()
+        # Not renewed and still held under the same token: a finish may have raced this beat,
+        # so ask the attempts which of these were really taken by another owner.
+        gone = [(job_id, token) for job_id, token in held.items() if job_id not in renewed and now_held.get(job_id) == token]
+        if not gone:
+            return
+        try:
+            lost = leases.mark_lost(gone, reason="lease lost: found by heartbeat, another owner has the job")
+        except (DatabaseError, InterfaceError) as exc:
+            logger.warning("could not check %s unrenewed lease(s): %s", len(gone), exc)
+            connection.close()
+            return
+        taken = [(job_id, token) for job_id, token in gone if job_id in lost]
+        if taken:
+            self._on_lost(taken)
 
     def stop(self) -> None:
         self._halt.set()

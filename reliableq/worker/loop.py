@@ -63,6 +63,7 @@ class Worker:
         self._held_lock = threading.Lock()
         self._unwritten: list[tuple[Finish, bool]] = []  # (finish, releases a slot once written)
         self._stopping = False
+        self._claim_uncertain = False  # a claim failed: it may have committed anyway
         self._stop_deadline = 0.0
         self._signals = 0
         self.claimed = 0
@@ -84,6 +85,7 @@ class Worker:
                 del self._held[job_id]
 
     def _lost(self, lost: list[tuple[uuid.UUID, uuid.UUID]]) -> None:
+        """The heartbeat found these leases taken by another owner (called from its thread)."""
         for job_id, token in lost:
             flight = self._inflight.get(token)
             attempt = flight.job.attempt if flight else "?"
@@ -151,11 +153,9 @@ class Worker:
                 if c.burst and idle and not self._inflight and not self._unwritten and not services.has_work(c.queues):
                     logger.info("worker %s: burst done, nothing due or running", c.worker_id)
                     return 0
-                if idle:
-                    self._wait(c.poll_seconds, pool)
-                elif pool.free <= 0:
-                    # Every slot is busy: block until a handler reports (or the next handler
-                    # deadline passes) instead of spinning through _step.
+                if idle or pool.free <= 0:
+                    # Nothing to claim, or no slot to claim into: block until a handler reports
+                    # (or the next handler deadline passes) instead of spinning through _step.
                     self._wait(self._until_next_deadline(c.poll_seconds), pool)
         finally:
             heartbeat.stop()
@@ -172,12 +172,19 @@ class Worker:
         free = pool.free
         if free <= 0:
             return False  # a completion will wake us
+        if self._claim_uncertain:
+            released = leases.release_unacknowledged(worker_id=self.config.worker_id, known=list(self._inflight))
+            for job_id in released:
+                logger.warning("job=%s claimed by a commit that was never acknowledged; released", job_id)
+        # Until the claim returns, its commit may have happened without us hearing of it.
+        self._claim_uncertain = True
         jobs, _ = leases.claim(
             worker_id=self.config.worker_id,
             queues=self.config.queues,
             limit=free,
             lease_seconds=self.config.lease_seconds,
         )
+        self._claim_uncertain = False
         now = time.monotonic()
         for job in jobs:
             logger.info(

@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
+from reliableq import leases
 from reliableq.models import Attempt, Job, Outcome
 from reliableq.worker.heartbeat import Heartbeat
 from tests.factories import RunningJobFactory
@@ -104,3 +105,30 @@ def test_beat_does_not_report_a_lease_released_while_it_ran() -> None:
     Heartbeat(held=lambda: next(answers), on_lost=lost.append, lease_seconds=60).beat()
     assert lost == []
     assert Attempt.objects.get(job=job).outcome == Outcome.RUNNING
+
+
+@pytest.mark.django_db
+def test_beat_that_races_the_owners_own_finish_reports_no_loss() -> None:
+    """The finish committed between the heartbeat's snapshot and its renew: not a lost lease."""
+    job = RunningJobFactory()
+    held = {job.pk: job.lease_token}
+    result = leases.finish([leases.Finish(job_id=job.pk, lease_token=job.lease_token, status="SUCCEEDED",
+                                          outcome=Outcome.SUCCEEDED)])
+    assert result.finalized == [job.pk]
+    lost: list = []
+    heartbeat(held, lost).beat()  # still "held": the loop has not dropped it yet
+    assert lost == []
+    assert Attempt.objects.get(job=job).outcome == Outcome.SUCCEEDED
+
+
+@pytest.mark.django_db
+def test_beat_reports_a_lease_a_rescuer_already_closed_as_expired() -> None:
+    job = RunningJobFactory(worker_id="w-paused")
+    held = {job.pk: job.lease_token}
+    expire(job.pk)
+    claimed, rescued = leases.claim(worker_id="w-rescuer", queues=["default"], limit=1, lease_seconds=30)
+    assert [r.job_id for r in rescued] == [job.pk] and claimed[0].id == job.pk
+    lost: list = []
+    heartbeat(held, lost).beat()
+    assert lost == [[(job.pk, held[job.pk])]]
+    assert Attempt.objects.get(job=job, number=1).outcome == Outcome.LEASE_EXPIRED
