@@ -31,6 +31,9 @@ def start_api(port: int, *, env: dict[str, str], log: IO[bytes] | int = subproce
             "--bind", f"127.0.0.1:{port}",
             "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread",
             "--graceful-timeout", "5", "--log-level", "warning",
+            # Let Django, not gunicorn's HTML error pages, answer over-long URLs and headers,
+            # so every answer is a problem document (Django still caps bodies and fields).
+            "--limit-request-line", "0", "--limit-request-field_size", "0",
         ],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
