@@ -19,6 +19,8 @@ DEFAULTS: dict[str, Any] = {
     "CHARGE_SERVICE_TOKEN": "",  # DRF token the charge job sends as Authorization: Token <key>
     "FAULT_INJECTION": False,  # honour RELIABLEQ_CRASH_AT; only tests and the demo turn this on
     "POLL_SECONDS": 1.0,  # how long an idle worker waits before looking for due jobs again
+    "LISTEN_NOTIFY": True,  # wake idle workers on enqueue with LISTEN/NOTIFY; off behind a pooler that drops them
+    "SCHEDULE_SECONDS": 5.0,  # how often each worker makes sure the next cron slots have their jobs
     "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,54 +83,78 @@ def _payload(value: Any) -> dict[str, Any]:
 
 
 def claim(
-    *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float
+    *,
+    worker_id: str,
+    queues: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+    caps: Mapping[str, int] | None = None,
 ) -> tuple[list[ClaimedJob], list[Rescued]]:
     """Take up to `limit` due jobs, best priority first, and open an attempt for each.
 
     One short transaction. Its row locks are held only for these statements; the caller
-    runs handlers after the commit, so no network call ever happens under them.
+    runs handlers after the commit, so no network call ever happens under them. `caps`
+    maps kinds to their fleet-wide max_running; those kinds are claimed under a lock.
     """
     if limit < 1:
         return [], []
+    caps = dict(caps or {})
     with transaction.atomic():
         rescued = _rescue_expired(queues)
-        picked = (
-            Job.objects.due()
-            .in_queues(queues)
-            .order_by("priority", "run_at")
-            .values("id")
-            .select_for_update(skip_locked=True)[:limit]
-        )
-        picked_sql, picked_params = _sql(picked)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                WITH picked AS MATERIALIZED ({picked_sql}),
-                claimed AS (
-                    UPDATE {JOB} j
-                       SET status = 'RUNNING',
-                           attempts = j.attempts + 1,
-                           lease_token = gen_random_uuid(),
-                           lease_expires_at = now() + make_interval(secs => %s),
-                           worker_id = %s,
-                           updated_at = now()
-                      FROM picked
-                     WHERE j.id = picked.id
-                 RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
-                           j.max_attempts, j.lease_token, j.run_at
-                ),
-                opened AS (
-                    INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
-                    SELECT id, attempts, %s, lease_token, now(), 'RUNNING', '' FROM claimed
-                )
-                SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token
-                  FROM claimed
-                 ORDER BY priority, run_at
-                """,
-                (*picked_params, float(lease_seconds), worker_id, worker_id),
+        due = Job.objects.due().in_queues(queues)
+        jobs = _take(due.exclude(kind__in=list(caps)) if caps else due, limit, worker_id, lease_seconds)
+        for kind, cap in sorted(caps.items()):
+            room = min(limit - len(jobs), _room_for(kind, cap))
+            if room > 0:
+                jobs += _take(due.filter(kind=kind), room, worker_id, lease_seconds)
+    return jobs, rescued
+
+
+def _room_for(kind: str, cap: int) -> int:
+    """How many more `kind` jobs may start fleet-wide; holds the kind's lock until commit.
+
+    The transaction-scoped advisory lock makes concurrent claimers of one capped kind take
+    turns, so two of them can never both see room for the same last slot.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"reliableq:max_running:{kind}"])
+    running = Job.objects.filter(status=JobStatus.RUNNING, kind=kind).count()
+    return cap - running
+
+
+def _take(due: Any, limit: int, worker_id: str, lease_seconds: float) -> list[ClaimedJob]:
+    """Lock up to `limit` rows of `due` (skipping rows others hold), mark them RUNNING, open attempts."""
+    picked = due.order_by("priority", "run_at").values("id").select_for_update(skip_locked=True)[:limit]
+    picked_sql, picked_params = _sql(picked)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH picked AS MATERIALIZED ({picked_sql}),
+            claimed AS (
+                UPDATE {JOB} j
+                   SET status = 'RUNNING',
+                       attempts = j.attempts + 1,
+                       lease_token = gen_random_uuid(),
+                       lease_expires_at = now() + make_interval(secs => %s),
+                       worker_id = %s,
+                       updated_at = now()
+                  FROM picked
+                 WHERE j.id = picked.id
+             RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
+                       j.max_attempts, j.lease_token, j.run_at
+            ),
+            opened AS (
+                INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
+                SELECT id, attempts, %s, lease_token, now(), 'RUNNING', '' FROM claimed
             )
-            rows = cursor.fetchall()
-    jobs = [
+            SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token
+              FROM claimed
+             ORDER BY priority, run_at
+            """,
+            (*picked_params, float(lease_seconds), worker_id, worker_id),
+        )
+        rows = cursor.fetchall()
+    return [
         ClaimedJob(
             id=row[0],
             kind=row[1],
@@ -144,7 +168,6 @@ def claim(
         )
         for row in rows
     ]
-    return jobs, rescued
 
 
 def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,10 @@ def handler(
         raise ValueError("timeout must be a positive number of seconds.")
     if max_running is not None and max_running < 1:
         raise ValueError("max_running must be at least 1.")
+    if cron is not None:
+        from .scheduler import next_slot  # a bad expression fails at import of jobs.py, not at 3 a.m.
+
+        next_slot(cron, dt.datetime.now(dt.timezone.utc))
 
     def register(func: HandlerFunc) -> HandlerFunc:
         existing = _handlers.get(kind)
@@ -65,6 +70,16 @@ def get(kind: str) -> Handler:
         return _handlers[kind]
     except KeyError:
         raise UnknownKind(f"No handler is registered for kind {kind!r}.") from None
+
+
+def caps() -> dict[str, int]:
+    """Kinds with a fleet-wide max_running, and that cap."""
+    return {kind: h.max_running for kind, h in _handlers.items() if h.max_running}
+
+
+def crons() -> dict[str, str]:
+    """Kinds with a cron schedule, and that schedule."""
+    return {kind: h.cron for kind, h in _handlers.items() if h.cron}
 
 
 def kinds() -> list[str]:

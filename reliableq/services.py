@@ -19,6 +19,9 @@ from .models import FINISHED, Attempt, Job, JobStatus
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 _COLUMNS = [f.column for f in Job._meta.concrete_fields]
+CHANNEL = "reliableq"
+# The payload is the queue; run_at in the future needs no wake-up now (workers poll).
+NOTIFY_SQL = f"CASE WHEN inserted.run_at <= now() THEN pg_notify('{CHANNEL}', inserted.queue) END"
 
 
 class InvalidJob(ValueError):
@@ -90,15 +93,21 @@ def submit(
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                               run_at, worker_id, last_error, dedupe_key, created_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, COALESCE(%s, now()), '', '', %s, now(), now())
-            ON CONFLICT (dedupe_key) DO NOTHING
-            RETURNING {", ".join(_COLUMNS)}
+            WITH inserted AS (
+                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
+                                   run_at, worker_id, last_error, dedupe_key, created_at, updated_at)
+                VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, COALESCE(%s, now()), '', '', %s, now(), now())
+                ON CONFLICT (dedupe_key) DO NOTHING
+                RETURNING {", ".join(_COLUMNS)}
+            )
+            -- Wakes idle workers of this queue when (and only if) the transaction commits.
+            SELECT {", ".join(_COLUMNS)}, {NOTIFY_SQL} FROM inserted
             """,
             (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key),
         )
         row = cursor.fetchone()
+    if row is not None:
+        row = row[:-1]  # the pg_notify column
     if row is None:
         # Another transaction holds the key: ON CONFLICT waited for it to commit, so it is visible.
         return Job.objects.get(dedupe_key=dedupe_key), False
@@ -131,8 +140,15 @@ def replay(job_id: uuid.UUID | str) -> Job:
             finished_at=None,
             updated_at=Now(),
         )
+        _notify(job.queue)
         job.refresh_from_db()
     return job
+
+
+def _notify(queue: str) -> None:
+    """Wake the queue's idle workers once this transaction commits."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
 
 def _budget_for(kind: str, fallback: int) -> int:

@@ -64,3 +64,20 @@ def chaos_flaky(job: ClaimedJob) -> None:
 def chaos_slow(job: ClaimedJob) -> None:
     """Run longer than a short lease: only the heartbeat keeps the job."""
     time.sleep(float(job.payload.get("seconds", 3)))
+
+
+def capped(job: ClaimedJob) -> None:
+    """Hold a slot for payload['seconds']; at most 2 run at once across the fleet."""
+    time.sleep(float(job.payload.get("seconds", 0.3)))
+
+
+def every_second(job: ClaimedJob) -> None:
+    """A periodic job: does nothing but exist once per slot."""
+
+
+# Registered only where a test asks for them (in the worker's environment and in the test
+# itself): a fleet-wide cap adds a lock to every claim, and a cron kind enqueues forever.
+if os.environ.get("RELIABLEQ_TEST_CAPPED"):
+    reliableq.handler("test.capped", max_running=2)(capped)
+if os.environ.get("RELIABLEQ_TEST_CRON"):
+    reliableq.handler("test.every_second", cron="* * * * * *")(every_second)

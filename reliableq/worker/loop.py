@@ -18,12 +18,13 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connection
 
-from .. import leases, services
+from .. import leases, registry, scheduler, services
 from ..leases import ClaimedJob, Finish
 from ..models import JobStatus, Outcome
 from ..sanitize import describe
 from . import executor
 from .heartbeat import Heartbeat
+from .listener import Listener
 from .pool import Pool
 
 logger = logging.getLogger("reliableq.worker")
@@ -42,6 +43,8 @@ class WorkerConfig:
     poll_seconds: float = 1.0
     worker_id: str = field(default_factory=default_worker_id)
     burst: bool = False
+    listen: bool = True  # LISTEN for enqueue notifications (polling stays the safety net)
+    schedule_seconds: float = 5.0  # how often to make sure the next cron slots have their jobs
 
 
 @dataclass(slots=True)
@@ -64,6 +67,9 @@ class Worker:
         self._unwritten: list[tuple[Finish, bool]] = []  # (finish, releases a slot once written)
         self._stopping = False
         self._claim_uncertain = False  # a claim failed: it may have committed anyway
+        self._caps = registry.caps()  # kinds with a fleet-wide max_running
+        self._crons = registry.crons()  # kinds with a schedule
+        self._next_schedule = 0.0
         self._stop_deadline = 0.0
         self._signals = 0
         self.claimed = 0
@@ -120,6 +126,9 @@ class Worker:
         pool = Pool(c.concurrency, executor.run_attempt, self._events.put)
         heartbeat = Heartbeat(held=self.held, on_lost=self._lost, lease_seconds=c.lease_seconds)
         heartbeat.start()
+        listener = Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE)) if c.listen else None
+        if listener is not None:
+            listener.start()
         logger.info(
             "worker %s started: queues=%s concurrency=%s lease=%ss grace=%ss%s",
             c.worker_id, ",".join(c.queues), c.concurrency, c.lease_seconds, c.grace_seconds,
@@ -159,6 +168,8 @@ class Worker:
                     self._wait(self._until_next_deadline(c.poll_seconds), pool)
         finally:
             heartbeat.stop()
+            if listener is not None:
+                listener.stop()
             pool.close()
             connection.close()
 
@@ -169,6 +180,7 @@ class Worker:
         self._write(pool)
         if self._stopping:
             return False
+        self._schedule()
         free = pool.free
         if free <= 0:
             return False  # a completion will wake us
@@ -183,6 +195,7 @@ class Worker:
             queues=self.config.queues,
             limit=free,
             lease_seconds=self.config.lease_seconds,
+            caps=self._caps,
         )
         self._claim_uncertain = False
         now = time.monotonic()
@@ -196,6 +209,13 @@ class Worker:
             pool.submit(job)
         self.claimed += len(jobs)
         return len(jobs) < free
+
+    def _schedule(self) -> None:
+        """Every schedule_seconds, make sure each cron kind's next slot has its job."""
+        if not self._crons or time.monotonic() < self._next_schedule:
+            return
+        self._next_schedule = time.monotonic() + self.config.schedule_seconds
+        scheduler.schedule_next()
 
     def _until_next_deadline(self, cap: float) -> float:
         """Seconds until the earliest handler deadline not yet passed, at most `cap`."""

@@ -73,6 +73,8 @@ class Command(BaseCommand):
             lease_seconds=lease,
             grace_seconds=grace,
             poll_seconds=float(reliableq_settings.POLL_SECONDS),
+            listen=bool(reliableq_settings.LISTEN_NOTIFY),
+            schedule_seconds=float(reliableq_settings.SCHEDULE_SECONDS),
             worker_id=worker_id,
             burst=options["burst"],
         )

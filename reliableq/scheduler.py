@@ -1,0 +1,52 @@
+"""Periodic jobs: each @handler(cron=...) slot becomes one job, once across the whole fleet.
+
+Every worker schedules the next slot of every cron kind ahead of time, with the slot in
+the dedupe key: the unique constraint turns all the workers' inserts for one slot into a
+single job, and that job waits as PENDING until its run_at.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from cronsim import CronSim, CronSimError
+from django.db import connection
+
+from . import registry, services
+from .models import Job
+
+logger = logging.getLogger("reliableq.scheduler")
+
+
+def next_slot(expression: str, after: dt.datetime) -> dt.datetime:
+    """The first time strictly after `after` that the cron expression fires (UTC)."""
+    try:
+        return next(CronSim(expression, after.astimezone(dt.timezone.utc)))
+    except CronSimError as exc:
+        raise ValueError(f"Invalid cron expression {expression!r}: {exc}") from None
+
+
+def slot_key(kind: str, slot: dt.datetime) -> str:
+    return f"cron:{kind}:{slot.astimezone(dt.timezone.utc).isoformat()}"
+
+
+def database_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def schedule_next(now: dt.datetime | None = None) -> list[Job]:
+    """Make sure the next slot of every cron kind has its job; return the jobs this call created."""
+    now = database_now() if now is None else now
+    created = []
+    for kind, expression in registry.crons().items():
+        slot = next_slot(expression, now)
+        job, new = services.submit(
+            kind, {"scheduled_for": slot.isoformat()}, run_at=slot, dedupe_key=slot_key(kind, slot)
+        )
+        if new:
+            logger.info("job=%s kind=%s scheduled for %s", job.id, kind, slot.isoformat())
+            created.append(job)
+    return created
