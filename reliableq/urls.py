@@ -12,4 +12,6 @@ urlpatterns = [
     path("v1/jobs/<str:job_id>/cancel", views.CancelView.as_view(), name="job-cancel"),
     path("v1/stats", views.StatsView.as_view(), name="stats"),
     path("v1/schema", schema.SchemaView.as_view(), name="schema"),
+    path("v1/ready", views.ReadyView.as_view(), name="ready"),
+    path("v1/metrics", views.MetricsView.as_view(), name="metrics"),
 ]

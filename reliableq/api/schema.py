@@ -239,6 +239,27 @@ PATHS: dict[str, Any] = {
             "responses": {"200": _json("The charge.", _ref("Charge")), "404": _problem("No such charge."), **AUTH_ERRORS},
         }
     },
+    "/v1/ready": {
+        "get": {
+            "operationId": "ready",
+            "summary": "Readiness: the database answers and is migrated. No login needed.",
+            "security": [],
+            "responses": {
+                "200": _json("Ready.", {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}),
+                "503": _problem("Not ready: the detail says why."),
+            },
+        }
+    },
+    "/v1/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus text format, read from PostgreSQL: the whole fleet.",
+            "responses": {
+                "200": {"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                **AUTH_ERRORS,
+            },
+        }
+    },
     "/v1/schema": {
         "get": {
             "operationId": "schema",

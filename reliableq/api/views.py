@@ -6,15 +6,16 @@ import uuid
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import exceptions, status
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import services, stats
+from .. import health, services, stats
 from ..conf import reliableq_settings
 from ..models import Job
 from . import problems
@@ -172,3 +173,33 @@ class StatsView(BaseAPIView):
 
     def get(self, request: Request) -> Response:
         return Response(stats.snapshot())
+
+
+class MetricsView(BaseAPIView):
+    """Prometheus text format; scrape it with `authorization: {type: Token, credentials: <key>}`."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return super().get_permissions() + [permission("view_job")()]
+
+    def get(self, request: Request) -> HttpResponse:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from .. import metrics
+
+        return HttpResponse(generate_latest(metrics.registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+class ReadyView(BaseAPIView):
+    """For load balancers and Kubernetes: 200 when the database answers and is migrated, else 503.
+
+    Open to anonymous callers, like the schema: it says nothing but ready or not.
+    """
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    def get(self, request: Request) -> Response:
+        problems_found = health.problems()
+        if problems_found:
+            return problems.problem(503, "; ".join(problems_found), code="not_ready")
+        return Response({"status": "ready"})

@@ -375,7 +375,7 @@ def test_schema_documents_every_route_and_method_served_including_charges(anon):
 
     assert documented == routes_served()
     assert {"/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/replay", "/v1/jobs/{id}/cancel", "/v1/stats",
-            "/v1/charges", "/v1/charges/{id}", "/v1/schema"} == set(documented)
+            "/v1/charges", "/v1/charges/{id}", "/v1/schema", "/v1/ready", "/v1/metrics"} == set(documented)
 
 
 def test_schema_documents_the_contract_status_codes_of_each_operation(anon):

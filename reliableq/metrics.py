@@ -1,0 +1,83 @@
+"""Prometheus metrics read from PostgreSQL at scrape time: one endpoint sees the whole fleet.
+
+Counters (attempts, lease losses, handler durations) are computed from the attempt rows,
+so they cover every worker on every host; pruning finished jobs makes them drop, which
+Prometheus reads as a counter reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import connection
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from . import stats
+from .models import Attempt, Job, JobStatus, Outcome
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def histograms() -> dict[str, tuple[list[int], float, int]]:
+    """Per kind: cumulative counts per bucket, the sum and the count of finished attempt durations."""
+    bucket_sql = ", ".join(f"count(*) FILTER (WHERE d <= {b})" for b in BUCKETS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT kind, {bucket_sql}, COALESCE(sum(d), 0), count(*)
+              FROM (SELECT j.kind, EXTRACT(EPOCH FROM a.finished_at - a.started_at)::float8 AS d
+                      FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
+                     WHERE a.finished_at IS NOT NULL AND a.outcome IN ('SUCCEEDED', 'FAILED_TRANSIENT', 'FAILED_PERMANENT')
+                   ) durations
+             GROUP BY kind
+            """
+        )
+        return {row[0]: (list(row[1:-2]), float(row[-2]), int(row[-1])) for row in cursor.fetchall()}
+
+
+def attempts_by_outcome() -> dict[str, int]:
+    counts = {o: 0 for o in Outcome.values}
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT outcome, count(*) FROM {Attempt._meta.db_table} GROUP BY outcome")
+        counts.update(dict(cursor.fetchall()))
+    return counts
+
+
+class QueueCollector(Collector):
+    def collect(self) -> Iterator[Any]:
+        snapshot = stats.snapshot()
+        jobs = GaugeMetricFamily("reliableq_jobs", "Jobs by status and kind.", labels=["status", "kind"])
+        for kind, by_status in sorted(snapshot["by_kind"].items()):
+            for status in JobStatus.values:
+                jobs.add_metric([status, kind], by_status.get(status, 0))
+        yield jobs
+        yield GaugeMetricFamily(
+            "reliableq_oldest_due_job_age_seconds",
+            "How long the oldest due PENDING job has waited past its run_at (0 when none): the health signal.",
+            value=snapshot["oldest_due_pending_age_seconds"],
+        )
+        yield GaugeMetricFamily("reliableq_dead_jobs", "DEAD jobs waiting for a person.", value=snapshot["dead"])
+        outcomes = attempts_by_outcome()
+        attempts = CounterMetricFamily("reliableq_attempts", "Attempts by outcome.", labels=["outcome"])
+        for outcome, n in outcomes.items():
+            attempts.add_metric([outcome], n)
+        yield attempts
+        losses = CounterMetricFamily("reliableq_lease_losses", "Leases taken back from their owner.", labels=["reason"])
+        losses.add_metric(["expired"], outcomes[Outcome.LEASE_EXPIRED])
+        losses.add_metric(["lost"], outcomes[Outcome.LEASE_LOST])
+        yield losses
+        durations = HistogramMetricFamily(
+            "reliableq_handler_duration_seconds", "Handler run time of finished attempts, by kind.", labels=["kind"]
+        )
+        for kind, (cumulative, total, count) in sorted(histograms().items()):
+            buckets = [(str(b), c) for b, c in zip(BUCKETS, cumulative)] + [("+Inf", count)]
+            durations.add_metric([kind], buckets, total)
+        yield durations
+
+
+def registry() -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(QueueCollector())
+    return reg
