@@ -17,12 +17,13 @@ from typing import Any
 from django.db import connection, transaction
 
 from . import faults
-from .models import Attempt, Job, JobStatus, Outcome
+from .models import Attempt, Job, JobStatus, Outcome, ReturnValue
 
 logger = logging.getLogger("reliableq.leases")
 
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
+RETURN_VALUE = ReturnValue._meta.db_table
 RESCUE_BATCH = 100
 
 
@@ -56,6 +57,8 @@ class Finish:
     outcome: str
     error: str = ""
     delay: float = 0.0
+    keeps_return: bool = False  # store return_value if (and only if) this finish passes the fence
+    return_value: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +322,19 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
             return [row[0] for row in cursor.fetchall()]
 
 
+def _store_returns(finishes: Sequence[Finish]) -> None:
+    """Inside the finish transaction: keep the return values of the attempts that passed the fence."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {RETURN_VALUE} (job_id, value)
+            SELECT id, value::jsonb FROM unnest(%s::uuid[], %s::text[]) AS r(id, value)
+            ON CONFLICT (job_id) DO UPDATE SET value = EXCLUDED.value
+            """,
+            ([f.job_id for f in finishes], [json.dumps(f.return_value) for f in finishes]),
+        )
+
+
 def finish(finishes: Sequence[Finish]) -> FinishResult:
     """Write the end of many attempts in one fenced statement and one transaction.
 
@@ -361,6 +377,9 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
             )
             finalized = {row[0] for row in cursor.fetchall()}
         result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
+        kept = [f for f in finishes if f.keeps_return and f.job_id in finalized]
+        if kept:
+            _store_returns(kept)
         lost = [(f.job_id, f.lease_token) for f in finishes if f.job_id not in finalized]
         if lost:
             mark_lost(lost, reason="lease lost before finalize: another owner has the job")

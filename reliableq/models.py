@@ -147,6 +147,19 @@ class Attempt(models.Model):
         return f"attempt {self.number} of {self.job_id} ({self.outcome})"
 
 
+class ReturnValue(models.Model):
+    """A handler's return value, kept for handlers that ask for it (the Tasks backend's get_result).
+
+    Written in the finish transaction, under the same fence: a stale attempt's value is never kept.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="return_value")
+    value = models.JSONField(null=True)
+
+    def __str__(self) -> str:
+        return f"return value of {self.job_id}"
+
+
 class QueueDashboard(Job):
     """No table of its own: it gives the admin index a "Queue dashboard" entry."""
 

@@ -20,6 +20,7 @@ class Handler:
     timeout: float | None = None  # None: RELIABLEQ["HANDLER_TIMEOUT_SECONDS"]
     max_running: int | None = None  # fleet-wide cap for the kind
     cron: str | None = None  # periodic schedule
+    keep_return: bool = False  # store the return value, fenced with the finish (Tasks backend)
 
 
 _handlers: dict[str, Handler] = {}
@@ -32,6 +33,7 @@ def handler(
     timeout: float | None = None,
     max_running: int | None = None,
     cron: str | None = None,
+    keep_return: bool = False,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of `kind`."""
     if not kind or len(kind) > 200:
@@ -59,6 +61,7 @@ def handler(
             timeout=timeout,
             max_running=max_running,
             cron=cron,
+            keep_return=keep_return,
         )
         return func
 

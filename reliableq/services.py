@@ -14,10 +14,11 @@ from django.utils import timezone
 
 from . import registry
 from .conf import reliableq_settings
-from .models import FINISHED, Attempt, Job, JobStatus
+from .models import FINISHED, Attempt, Job, JobStatus, ReturnValue
 
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
+RETURN_VALUE = ReturnValue._meta.db_table
 _COLUMNS = [f.column for f in Job._meta.concrete_fields]
 CHANNEL = "reliableq"
 # The payload is the queue; run_at in the future needs no wake-up now (workers poll).
@@ -194,6 +195,9 @@ def prune(
                     ),
                     gone_attempts AS (
                         DELETE FROM {ATTEMPT} a USING batch WHERE a.job_id = batch.id
+                    ),
+                    gone_returns AS (
+                        DELETE FROM {RETURN_VALUE} r USING batch WHERE r.job_id = batch.id
                     )
                     DELETE FROM {JOB} j USING batch WHERE j.id = batch.id
                     """,

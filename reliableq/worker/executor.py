@@ -58,7 +58,7 @@ def run_attempt(job: ClaimedJob) -> Result:
         error = clean(f"{exc} on worker {job.worker_id}")
         return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
     try:
-        handler.func(job)
+        value = handler.func(job)
     except PermanentError as exc:
         finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
     except Exception as exc:  # anything else is worth another try
@@ -68,6 +68,7 @@ def run_attempt(job: ClaimedJob) -> Result:
         faults.crash_point("after_effect_before_finalize")
         decision = policy.succeeded()
         finish = Finish(
-            job_id=job.id, lease_token=job.lease_token, status=decision.status, outcome=decision.outcome
+            job_id=job.id, lease_token=job.lease_token, status=decision.status, outcome=decision.outcome,
+            keeps_return=handler.keep_return, return_value=value if handler.keep_return else None,
         )
     return Result(finish=finish, seconds=time.monotonic() - started)

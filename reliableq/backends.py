@@ -1,0 +1,148 @@
+"""A Django Tasks backend on ReliableQ: @task functions get durable jobs, leases, fencing and retries.
+
+    TASKS = {"default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "emails"]}}
+
+Each enqueued task is a job of kind `django.task` in the caller's transaction. Django's
+priority (higher first, -100..100) becomes ours (lower first) by negation; `run_after`
+becomes `run_at`. An exception is retried with backoff like any job until its budget is
+spent, and the result reads FAILED only once the job is DEAD.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+import uuid
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.utils.module_loading import import_string
+
+from . import registry, services
+from .errors import PermanentError, TransientError
+from .models import Attempt, Job, JobStatus
+from .tasks_compat import (
+    BaseTaskBackend,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
+
+KIND = "django.task"
+STATUSES = {
+    JobStatus.PENDING: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    JobStatus.DEAD: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+
+class TaskFailed(TransientError):
+    """A task raised: retried like any transient error; the message carries the class path first."""
+
+
+class ReliableQBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        payload = {"task": task.module_path, "args": args, "kwargs": kwargs, "backend": self.alias}
+        try:
+            json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"Task arguments must be JSON-serializable: {exc}") from None
+        job = services.enqueue(KIND, payload, queue=task.queue_name, priority=-task.priority, run_at=task.run_after)
+        result = to_result(task, job, [], None)
+        from .tasks_compat import task_enqueued
+
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        try:
+            job = Job.objects.get(pk=uuid.UUID(str(result_id)), kind=KIND)
+        except (ValueError, Job.DoesNotExist):
+            raise TaskResultDoesNotExist(result_id) from None
+        task = import_string(job.payload["task"])
+        attempts = list(Attempt.objects.filter(job=job).order_by("number"))
+        value = getattr(getattr(job, "return_value", None), "value", None)
+        return to_result(task, job, attempts, value)
+
+
+def to_result(task: Task, job: Job, attempts: list[Attempt], value: Any) -> TaskResult:
+    result = TaskResult(
+        task=task,
+        id=str(job.id),
+        status=STATUSES[job.status],
+        enqueued_at=job.created_at,
+        started_at=attempts[0].started_at if attempts else None,
+        finished_at=job.finished_at,
+        last_attempted_at=attempts[-1].started_at if attempts else None,
+        args=job.payload.get("args", []),
+        kwargs=job.payload.get("kwargs", {}),
+        backend=job.payload.get("backend", "default"),
+        errors=[error for a in attempts if (error := task_error(a.error))],
+        worker_ids=[a.worker_id for a in attempts],
+    )
+    if job.status == JobStatus.SUCCEEDED:
+        object.__setattr__(result, "_return_value", value)
+    return result
+
+
+def task_error(text: str) -> TaskError | None:
+    """Read back the error an attempt stored: 'TaskFailed: <class path>: <message and traceback>'."""
+    if not text:
+        return None
+    head, _, rest = text.partition(": ")
+    if head == TaskFailed.__name__:
+        path, _, rest = rest.partition(": ")
+        return TaskError(exception_class_path=path, traceback=rest)
+    # Not raised by the task itself (a timeout, a lost lease): name what the queue saw.
+    return TaskError(exception_class_path=f"reliableq.errors.{head}" if head.isidentifier() else "builtins.Exception",
+                     traceback=text)
+
+
+@registry.handler(KIND, keep_return=True)
+def run_task(job: Any) -> Any:
+    """Call the task function with the enqueued arguments; its return value is stored when the job succeeds."""
+    payload = job.payload
+    try:
+        task: Task = import_string(payload["task"])
+    except ImportError as exc:
+        raise PermanentError(f"the task {payload['task']} cannot be imported: {exc}") from None
+    backend = task_backends[payload.get("backend", "default")]
+    row = Job.objects.get(pk=job.id)
+    attempts = list(Attempt.objects.filter(job=row).order_by("number"))
+    result = to_result(task, row, attempts, None)
+    task_started.send(type(backend), task_result=result)
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if task.takes_context:
+        args = [TaskContext(task_result=result), *args]
+    func = async_to_sync(task.func) if _is_async(task.func) else task.func
+    try:
+        value = normalize_json(func(*args, **kwargs))
+    except Exception as exc:
+        kind = type(exc)
+        trace = "".join(traceback.format_exception(exc))
+        task_finished.send(type(backend), task_result=result)
+        raise TaskFailed(f"{kind.__module__}.{kind.__qualname__}: {exc}\n{trace}") from None
+    task_finished.send(type(backend), task_result=result)
+    return value
+
+
+def _is_async(func: Any) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(func)
