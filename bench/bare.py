@@ -1,0 +1,60 @@
+"""The practical ceiling for Python: ReliableQ's claim and finish statements in a bare psycopg loop.
+
+    python -m bench.bare STATEMENTS_JSON --batch 8 --worker-id bare-0
+
+No Django, no threads, no handler, no logging: claim a batch (the captured rescue and take
+statements, in one transaction, exactly as leases.claim sends them), then finish the whole
+batch (the captured finish statement, in its own transaction). Stops at the first empty claim:
+with SKIP LOCKED, a row it skipped is held by another claimer, who will take it.
+Statements come from bench.ceilings.capture(), so this loop and the worker send the same SQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import psycopg
+
+
+def swap(params: list, mapping: dict) -> list:
+    return [mapping.get(p, p) if isinstance(p, (str, int)) and not isinstance(p, bool) else p for p in params]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("statements")
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--worker-id", required=True)
+    args = parser.parse_args(argv)
+    with open(args.statements) as f:
+        spec = json.load(f)
+    mapping = {spec["worker_id"]: args.worker_id, spec["limit"]: args.batch}
+    limit = f"LIMIT {spec['limit']}"
+    claim = [(sql.replace(limit, f"LIMIT {args.batch}"), swap(params, mapping)) for sql, params in spec["claim"]]
+    finish_sql = spec["finish"]["sql"]
+    done = 0
+    # Django's PostgreSQL backend binds on the client (ClientCursor); so does this loop.
+    with psycopg.connect(os.environ["DATABASE_URL"], cursor_factory=psycopg.ClientCursor) as conn:
+        while True:
+            with conn.transaction():
+                rows = []
+                for sql, params in claim:
+                    cur = conn.execute(sql, params)
+                    rows = cur.fetchall() if cur.description else rows
+            if not rows:
+                break
+            ids = [r[0] for r in rows]
+            tokens = [r[7] for r in rows]
+            n = len(ids)
+            with conn.transaction():
+                conn.execute(finish_sql, [ids, tokens, ["SUCCEEDED"] * n, ["SUCCEEDED"] * n, [""] * n, [0.0] * n])
+            done += n
+    print(json.dumps({"done": done}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""python -m bench: ReliableQ against its peers and PostgreSQL's own ceiling, in one run, gated.
+
+    python -m bench --profile quick            # about 10 minutes on a 2-core machine
+    python -m bench --profile full             # longer runs, more repetitions
+    python -m bench --profile smoke            # under a minute (CI)
+    python -m bench --only throughput,ceilings # a subset
+
+It starts its own embedded PostgreSQL 18 in .pgdata/bench (synchronous_commit on), its own
+gunicorn and workers, runs every scenario several times, passes every run through the
+correctness gate, and writes report.md with PNG plots to bench/results/<profile>-<time>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import core
+from .profiles import PROFILES
+
+SCENARIOS = ["ingestion", "throughput", "ceilings", "io", "latency", "pileup", "recovery", "amplification"]
+
+# What was changed in reliableq/ because of what this harness showed (see the commits for the numbers).
+CHANGES: list[str] = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of: {','.join(SCENARIOS)}")
+    parser.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<profile>-<time>)")
+    parser.add_argument("--data-dir", type=Path, default=core.DATA_DIR, help="the harness's own PostgreSQL data dir")
+    parser.add_argument("--no-peers", action="store_true", help="skip procrastinate and django-tasks-db")
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    if args.no_peers:
+        from dataclasses import replace
+
+        profile = replace(profile, peers=False)
+    only = [s.strip() for s in args.only.split(",") if s.strip()] or SCENARIOS
+    unknown = set(only) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    if "ceilings" in only and "throughput" not in only:
+        only = ["throughput", *only]  # the ceilings are stated as fractions of the fleet's rate
+
+    progress = core.Progress()
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out or core.RESULTS / f"{profile.name}-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    progress.say(f"bench profile {profile.name}: results in {out}")
+    url = core.start_server(args.data_dir)
+    core.prepare_environment(url)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        machine = core.machine(cursor)
+    progress.say(f"PostgreSQL {machine['postgresql']}, synchronous_commit={machine['synchronous_commit']}")
+
+    from .scenarios import Bench, Section
+
+    gate = core.Gate()
+    bench = Bench(profile, out, progress, gate, url)
+    if bench.missing_peers:
+        progress.say(f"peers not installed, skipped: {', '.join(bench.missing_peers)} (pip install -e '.[bench]')")
+    sections: list[Section] = []
+    failed = False
+    for name in SCENARIOS:
+        if name not in only:
+            continue
+        progress.say(f"== {name}")
+        try:
+            sections.append(getattr(bench, name)())
+        except Exception as exc:  # one broken scenario must not hide the others' figures
+            failed = True
+            traceback.print_exc()
+            sections.append(Section(name, name, error=f"{type(exc).__name__}: {exc}"))
+            progress.say(f"   {name} FAILED: {exc}")
+    _attach_throughput_plot(bench, sections)
+    wall = progress.elapsed()
+    load = core.load_average()
+
+    targets = _targets(bench)
+    header = [
+        f"Profile **{profile.name}**, {dt.datetime.now():%Y-%m-%d %H:%M}, wall time {wall / 60:.1f} min. "
+        f"Reproduce: `python -m bench --profile {profile.name}` (after `pip install -e \".[bench]\"`).",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + f"; load average at the end {load}.",
+        "",
+        f"Every figure is the median of {profile.reps} run(s) (range in brackets) and counts only because its "
+        "run passed the correctness gate (end of the report). Ratios are side by side, from this one run.",
+    ]
+    summary = "## Targets\n\n" + _targets_table(targets)
+    closing = _closing(bench, targets)
+    text = _report_markdown(header, summary, sections, gate, closing)
+    (out / "report.md").write_text(text)
+    (out / "results.json").write_text(json.dumps(
+        {"profile": profile.name, "wall_seconds": wall, "machine": machine, "gate_passed": gate.passed,
+         "checks": len(gate.checks), "targets": targets, "sections": {s.key: s.data for s in sections},
+         "errors": {s.key: s.error for s in sections if s.error}}, indent=1, default=_json_default))
+    if args.out is None:
+        latest = core.RESULTS / f"latest-{profile.name}"
+        try:
+            if latest.is_symlink() or latest.exists():
+                latest.unlink()
+            latest.symlink_to(out.resolve())
+        except OSError:
+            pass
+    ok = gate.passed and not failed
+    progress.say(f"{'GREEN' if ok else 'RED'}: {len(gate.checks)} gate checks over {gate.runs} runs, "
+                 f"{sum(1 for *_, passed in gate.checks if not passed)} failed; report: {out / 'report.md'}")
+    return 0 if ok else 1
+
+
+def _report_markdown(header: list[str], summary: str, sections: list[Any], gate: Any, closing: str) -> str:
+    from . import report
+
+    return report.markdown(title="ReliableQ benchmark", header=header, summary=summary, sections=sections,
+                           gate=gate, closing=closing)
+
+
+def _attach_throughput_plot(bench: Any, sections: list[Any]) -> None:
+    if "throughput" not in bench.results:
+        return
+    from . import report
+    from .core import Summary
+
+    by_conc, by_proc, peers = bench.results["throughput"]
+    ceilings = bench.results.get("ceilings", {"pgbench": Summary([]), "bare": Summary([])})
+    name = report.plot_throughput(bench.out, by_conc, by_proc, peers, ceilings, bench.p.fleet)
+    for s in sections:
+        if s.key == "throughput":
+            s.plots.append(name)
+
+
+def _targets(bench: Any) -> list[dict[str, Any]]:
+    r = bench.results
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, goal: float, unit: str, higher: bool = True, why: str = "") -> None:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            out.append({"target": name, "value": None, "goal": goal, "met": None, "by": None, "unit": unit, "why": why})
+            return
+        met = value >= goal if higher else value <= goal
+        by = 0.0 if met or not goal else (goal - value) / goal if higher else (value - goal) / goal
+        out.append({"target": name, "value": value, "goal": goal, "met": met, "by": None if met else by, "unit": unit,
+                    "why": why})
+
+    fleet = r.get("fleet")
+    fleet_rate = fleet.median if fleet else None
+    add(f"no-op processing with a fleet ({bench.p.fleet[0]} x {bench.p.fleet[1]})", fleet_rate, 1500, "jobs/s")
+    peers = r.get("fleet_peers", {})
+    if peers and fleet_rate:
+        best_key = max(peers, key=lambda k: peers[k].median)
+        add(f"fleet vs the faster peer ({best_key}, same processes x concurrency)",
+            fleet_rate / peers[best_key].median, 5.0, "x")
+    else:
+        add("fleet vs the faster peer", None, 5.0, "x", why="peers not measured")
+    ceilings = r.get("ceilings")
+    if ceilings and fleet_rate:
+        add("fleet as a fraction of the bare psycopg loop", fleet_rate / ceilings["bare"].median, 0.60, "fraction")
+        add("fleet as a fraction of pgbench (informative, no target)", fleet_rate / ceilings["pgbench"].median, 0.0,
+            "fraction")
+    add("enqueue, one process, one job per transaction", r.get("enqueue_one"), 1500, "jobs/s")
+    if "pileup" in r:
+        base, top, level = r["pileup"]
+        add(f"claim throughput at {level:,} finished rows vs an empty table", top / base, 0.80, "fraction")
+    if "recovery" in r:
+        met, worst = r["recovery"]
+        excess = max(worst[lease] - lease for lease in worst)
+        add("recovery after SIGKILL: worst (recovery - lease)", excess, 1.0, "s", higher=False)
+    if "amplification" in r:
+        add("retry amplification: worst error against theory", r["amplification"], 0.05, "fraction", higher=False)
+    return out
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "not measured"
+    if unit == "fraction":
+        return f"{100 * value:.1f}%"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "s":
+        return f"{value:.2f} s"
+    return f"{value:,.0f} {unit}"
+
+
+def _targets_table(targets: list[dict[str, Any]]) -> str:
+    rows = ["| target | measured | goal | |", "| --- | ---: | ---: | --- |"]
+    for t in targets:
+        goal = "-" if t["goal"] == 0.0 else ("≥ " if t["unit"] not in ("s",) and "error" not in t["target"] else "≤ ") + _fmt(t["goal"], t["unit"])
+        state = ("met" if t["met"] else f"**missed** by {100 * t['by']:.0f}%") if t["met"] is not None else t["why"] or "-"
+        if t["goal"] == 0.0:
+            state = ""
+        rows.append(f"| {t['target']} | {_fmt(t['value'], t['unit'])} | {goal} | {state} |")
+    return "\n".join(rows)
+
+
+def _closing(bench: Any, targets: list[dict[str, Any]]) -> str:
+    lines = []
+    for t in targets:
+        if t["value"] is None:
+            continue
+        lines.append(f"- {t['target']}: {_fmt(t['value'], t['unit'])}"
+                     + ("" if t["met"] in (None, True) or t["goal"] == 0.0 else f" (missed by {100 * t['by']:.0f}%)"))
+    missed = [t for t in targets if t["met"] is False and t["goal"] != 0.0]
+    text = "Ratios from this run:\n\n" + "\n".join(lines)
+    if CHANGES:
+        text += "\n\nWhat was changed in `reliableq/` to reach them (each a separate commit with its before/after):\n\n"
+        text += "\n".join(f"- {c}" for c in CHANGES)
+    if missed:
+        text += "\n\nMissed targets and what limits them: see LIMITS below.\n\n" + "\n".join(
+            f"- {t['target']}: {LIMITS.get(_limit_key(t['target']), 'see the scenario section.')}" for t in missed)
+    return text
+
+
+LIMITS: dict[str, str] = {}
+
+
+def _limit_key(name: str) -> str:
+    for key in LIMITS:
+        if key in name:
+            return key
+    return ""
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

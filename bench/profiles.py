@@ -1,0 +1,51 @@
+"""How big each scenario is: smoke (CI, under a minute), quick (about 10 minutes), full (longer, steadier)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    reps: int  # repetitions of every measured point
+    seconds: float  # target length of one throughput run (jobs are sized from the last measured rate)
+    min_jobs: int
+    ingest_clients: tuple[int, ...]
+    ingest_seconds: float
+    bulk_size: int  # jobs per transaction in the bulk ingestion path
+    concurrency: tuple[int, ...]  # one worker process, no-op jobs
+    processes: tuple[int, ...]  # worker processes at fleet[1] concurrency, no-op jobs
+    fleet: tuple[int, int]  # (processes, concurrency): the headline configuration; peers and ceilings match it
+    io_concurrency: tuple[int, ...]  # one worker process, 50 ms jobs
+    latency_rate: float  # offered load, jobs/s
+    latency_seconds: float
+    pileup: tuple[int, ...]  # finished rows in the table
+    pileup_seconds: float
+    leases: tuple[float, ...]  # recovery: lease lengths
+    recovery_trials: int  # kills per lease length
+    flaky_rates: tuple[float, ...]
+    flaky_jobs: int  # jobs per failure rate
+    peers: bool
+
+
+PROFILES = {
+    "smoke": Profile(
+        name="smoke", reps=1, seconds=0.6, min_jobs=200, ingest_clients=(1, 4), ingest_seconds=0.5, bulk_size=200,
+        concurrency=(4,), processes=(1, 2), fleet=(2, 4), io_concurrency=(8,), latency_rate=50, latency_seconds=1.0,
+        pileup=(0, 2_000), pileup_seconds=0.5, leases=(1.0,), recovery_trials=1, flaky_rates=(0.0, 0.5),
+        flaky_jobs=100, peers=True,
+    ),
+    "quick": Profile(
+        name="quick", reps=2, seconds=3.0, min_jobs=500, ingest_clients=(1, 4, 16), ingest_seconds=3.0, bulk_size=1000,
+        concurrency=(1, 2, 4, 8, 16), processes=(1, 2, 4), fleet=(2, 8), io_concurrency=(8, 32, 64),
+        latency_rate=100, latency_seconds=5.0, pileup=(0, 100_000, 1_000_000), pileup_seconds=2.5,
+        leases=(2.0, 5.0, 10.0), recovery_trials=2, flaky_rates=(0.0, 0.1, 0.5), flaky_jobs=2000, peers=True,
+    ),
+    "full": Profile(
+        name="full", reps=5, seconds=8.0, min_jobs=1000, ingest_clients=(1, 2, 4, 8, 16), ingest_seconds=8.0,
+        bulk_size=1000, concurrency=(1, 2, 4, 8, 16), processes=(1, 2, 4), fleet=(2, 8), io_concurrency=(8, 32, 64),
+        latency_rate=100, latency_seconds=20.0, pileup=(0, 100_000, 1_000_000), pileup_seconds=6.0,
+        leases=(2.0, 5.0, 10.0), recovery_trials=5, flaky_rates=(0.0, 0.1, 0.5), flaky_jobs=10_000, peers=True,
+    ),
+}

@@ -1,0 +1,70 @@
+"""The benchmark harness in its smoke profile: it runs green, gates every run, and writes its report.
+
+It starts its own PostgreSQL (.pgdata/bench-smoke), workers and gunicorn in a subprocess, as
+`python -m bench` does; nothing here touches the tests' database. No speed is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = ROOT / ".pgdata" / "bench-smoke"
+SECTIONS = [
+    "## Targets",
+    "## Durable ingestion",
+    "## Execution throughput",
+    "## Ceilings",
+    "## I/O-bound jobs",
+    "## Latency from enqueue",
+    "## Claim cost as finished jobs pile up",
+    "## Recovery after SIGKILL",
+    "## Retry amplification",
+    "## Correctness gate",
+    "## Closing note",
+]
+PLOTS = ["ingestion.png", "throughput.png", "io.png", "latency.png", "pileup.png", "recovery.png", "amplification.png"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "bench", "--profile", "smoke", "--out", str(out), "--data-dir", str(DATA_DIR)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=220,
+        )
+    finally:
+        from testproject import embedded
+
+        embedded.stop(DATA_DIR)
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "GREEN" in result.stderr
+    assert "[00:" in result.stderr  # progress lines while it runs
+
+    report = (out / "report.md").read_text()
+    positions = [report.find(heading) for heading in SECTIONS]
+    assert all(p >= 0 for p in positions), [h for h, p in zip(SECTIONS, positions) if p < 0]
+    assert positions == sorted(positions)
+    assert "all passed" in report
+    assert "This scenario failed" not in report
+    for plot in PLOTS:
+        png = out / plot
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+        assert f"]({plot})" in report
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["gate_passed"] is True
+    assert results["checks"] > 50
+    assert not results["errors"]
+    assert results["machine"]["synchronous_commit"] == "on"
