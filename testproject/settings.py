@@ -8,6 +8,7 @@ environment as RELIABLEQ_<KEY>, which is how the tests and the demo tune leases 
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 from reliableq.conf import DEFAULTS
@@ -75,11 +76,10 @@ if os.environ.get("RELIABLEQ_TEST_DB"):
     # Lets two test runs share one server without dropping each other's test database.
     DATABASES["default"]["TEST"] = {"NAME": os.environ["RELIABLEQ_TEST_DB"]}
 
-# @task functions run on ReliableQ (testproject/tasks.py). Django 5.2 uses the django-tasks backport.
+# @task functions run on ReliableQ (testproject/tasks.py): django.tasks on Django 6, the
+# django-tasks backport (an installed app) on Django 5.2 when it is installed.
 TASKS = {"default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "reports"]}}
-try:
-    import django.tasks  # noqa: F401  (Django 6)
-except ImportError:
+if not find_spec("django.tasks") and find_spec("django_tasks"):
     INSTALLED_APPS.append("django_tasks")
 
 USE_TZ = True
