@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from .. import health, services, stats
 from ..conf import reliableq_settings
-from ..models import Job
+from ..models import Attempt, Job
 from . import problems
 from .base import BaseAPIView
 from .serializers import FilterSerializer, JobSerializer, SubmitSerializer, payload_size
@@ -116,7 +116,11 @@ class JobListView(BaseAPIView):
             raise problems.Conflict(
                 f"Idempotency-Key {key!r} was already used for job {job.id} with another body."
             )
-        job = _job_or_404(str(job.id))
+        if created:
+            # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
+            job._prefetched_objects_cache = {"attempt_set": Attempt.objects.none()}
+        else:
+            job = _job_or_404(str(job.id))
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(JobSerializer(job).data, status=code, headers={"Location": f"/v1/jobs/{job.id}"})
 
