@@ -12,6 +12,7 @@ Statements come from bench.ceilings.capture(), so this loop and the worker send 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -37,9 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     finish_sql = spec["finish"]["sql"]
     done = 0
     # Django's PostgreSQL backend binds on the client (ClientCursor); so does this loop.
-    with psycopg.connect(os.environ["DATABASE_URL"], cursor_factory=psycopg.ClientCursor) as conn:
+    # Autocommit, with explicit transactions where the worker has them: a single-statement claim
+    # or finish is sent alone, as Django sends it outside transaction.atomic().
+    with psycopg.connect(os.environ["DATABASE_URL"], cursor_factory=psycopg.ClientCursor, autocommit=True) as conn:
+        claim_tx = conn.transaction if spec["claim_atomic"] else contextlib.nullcontext
+        finish_tx = conn.transaction if spec["finish_atomic"] else contextlib.nullcontext
         while True:
-            with conn.transaction():
+            with claim_tx():
                 rows = []
                 for sql, params in claim:
                     cur = conn.execute(sql, params)
@@ -49,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             ids = [r[0] for r in rows]
             tokens = [r[7] for r in rows]
             n = len(ids)
-            with conn.transaction():
+            with finish_tx():
                 conn.execute(finish_sql, [ids, tokens, ["SUCCEEDED"] * n, ["SUCCEEDED"] * n, [""] * n, [0.0] * n])
             done += n
     print(json.dumps({"done": done}))

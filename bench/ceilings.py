@@ -44,16 +44,19 @@ def capture(queue: str) -> dict[str, Any]:
     claim: list[tuple[str, list[Any]]] = []
     finish: list[tuple[str, list[Any]]] = []
     sink = claim
+    atomic: dict[int, bool] = {}  # id(sink) -> whether its statements ran inside a transaction
 
     def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         sink.append((sql, list(params or ())))
+        atomic[id(sink)] = connection.in_atomic_block
         return execute(sql, params, many, context)
 
     # Run for real, outside any transaction of ours, so each call opens and commits its own as
     # the worker's do. Harmless: call it with nothing due in `queue`, and the finish names no job.
     with connection.execute_wrapper(record):
+        # As the worker sends it between its periodic rescues (once per POLL_SECONDS).
         leases.claim(worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0,
-                     rescue=True) if _takes_rescue() else leases.claim(
+                     rescue=False) if _takes_rescue() else leases.claim(
             worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0)
         sink = finish
         leases.finish([Finish(job_id=uuid.uuid4(), lease_token=uuid.uuid4(), status="SUCCEEDED",
@@ -62,7 +65,9 @@ def capture(queue: str) -> dict[str, Any]:
         "worker_id": CAPTURE_WORKER,
         "limit": CAPTURE_LIMIT,
         "claim": [(sql, [str(p) if isinstance(p, (uuid.UUID, str)) else p for p in params]) for sql, params in claim],
+        "claim_atomic": atomic[id(claim)],  # False: one statement in autocommit, no BEGIN/COMMIT
         "finish": {"sql": finish[0][0]},  # the fenced UPDATE; what follows it (mark_lost) runs only on a lost lease
+        "finish_atomic": atomic[id(finish)],
     }
 
 
@@ -101,9 +106,11 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
     def one_line(sql: str) -> str:
         return " ".join(sql.split())
 
-    lines = ["BEGIN;"]
+    lines = ["BEGIN;"] if spec["claim_atomic"] else []
     lines += [one_line(s) + ";" for s in before]
-    lines += [one_line(take) + " \\gset", "COMMIT;", "BEGIN;", one_line(finish) + ";", "COMMIT;"]
+    lines += [one_line(take) + " \\gset"]
+    lines += ["COMMIT;"] if spec["claim_atomic"] else []
+    lines += (["BEGIN;", one_line(finish) + ";", "COMMIT;"] if spec["finish_atomic"] else [one_line(finish) + ";"])
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ comes from the database (``now()``), never from a worker's clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -92,24 +93,30 @@ def claim(
     limit: int,
     lease_seconds: float,
     caps: Mapping[str, int] | None = None,
+    rescue: bool = True,
 ) -> tuple[list[ClaimedJob], list[Rescued]]:
     """Take up to `limit` due jobs, best priority first, and open an attempt for each.
 
     One short transaction. Its row locks are held only for these statements; the caller
     runs handlers after the commit, so no network call ever happens under them. `caps`
     maps kinds to their fleet-wide max_running; those kinds are claimed under a lock.
+    With `rescue`, expired leases are taken back first, in the same transaction; a worker
+    passes rescue=False between its periodic rescues, and then, with no capped kinds, the
+    claim is a single statement sent in autocommit: one round trip, no BEGIN or COMMIT.
     """
     if limit < 1:
         return [], []
     caps = dict(caps or {})
+    queues = tuple(queues)
+    if not rescue and not caps:
+        return _take(queues, limit, worker_id, lease_seconds), []
     with transaction.atomic():
-        rescued = _rescue_expired(queues)
-        due = Job.objects.due().in_queues(queues)
-        jobs = _take(due.exclude(kind__in=list(caps)) if caps else due, limit, worker_id, lease_seconds)
+        rescued = _rescue_expired(queues) if rescue else []
+        jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(caps)))
         for kind, cap in sorted(caps.items()):
             room = min(limit - len(jobs), _room_for(kind, cap))
             if room > 0:
-                jobs += _take(due.filter(kind=kind), room, worker_id, lease_seconds)
+                jobs += _take(queues, room, worker_id, lease_seconds, kind=kind)
     return jobs, rescued
 
 
@@ -125,13 +132,23 @@ def _room_for(kind: str, cap: int) -> int:
     return cap - running
 
 
-def _take(due: Any, limit: int, worker_id: str, lease_seconds: float) -> list[ClaimedJob]:
-    """Lock up to `limit` rows of `due` (skipping rows others hold), mark them RUNNING, open attempts."""
+@functools.lru_cache(maxsize=1024)
+def _take_sql(queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The claim statement for these queues and this limit, compiled by the ORM once and then reused.
+
+    Time is in the SQL (STATEMENT_TIMESTAMP(), now()), never in the parameters, so a cached
+    statement is as fresh as a new one.
+    """
+    due = Job.objects.due().in_queues(queues)
+    if exclude:
+        due = due.exclude(kind__in=list(exclude))
+    if kind is not None:
+        due = due.filter(kind=kind)
     picked = due.order_by("priority", "run_at").values("id").select_for_update(skip_locked=True)[:limit]
-    picked_sql, picked_params = _sql(picked)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
+    with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
+        picked_sql, picked_params = _sql(picked)
+    return (
+        f"""
             WITH picked AS MATERIALIZED ({picked_sql}),
             claimed AS (
                 UPDATE {JOB} j
@@ -154,8 +171,23 @@ def _take(due: Any, limit: int, worker_id: str, lease_seconds: float) -> list[Cl
               FROM claimed
              ORDER BY priority, run_at
             """,
-            (*picked_params, float(lease_seconds), worker_id, worker_id),
-        )
+        picked_params,
+    )
+
+
+def _take(
+    queues: tuple[str, ...],
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    *,
+    exclude: tuple[str, ...] = (),
+    kind: str | None = None,
+) -> list[ClaimedJob]:
+    """Lock up to `limit` due rows (skipping rows others hold), mark them RUNNING, open attempts."""
+    sql, picked_params = _take_sql(queues, limit, exclude, kind)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
         rows = cursor.fetchall()
     return [
         ClaimedJob(
@@ -180,6 +212,24 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
     statement. Attempts are counted at claim, so a job that kills its worker every time
     still spends its budget and ends DEAD here.
     """
+    sql, params = _rescue_sql(tuple(queues))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rescued = [Rescued(*row) for row in cursor.fetchall()]
+    for r in rescued:
+        logger.warning(
+            "job=%s attempt=%s lease expired (worker %s); %s",
+            r.job_id,
+            r.attempt,
+            r.previous_worker,
+            "buried: no attempts left" if r.status == JobStatus.DEAD else "requeued",
+        )
+    return rescued
+
+
+@functools.lru_cache(maxsize=256)
+def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
+    """The rescue statement for these queues, compiled once (time is in the SQL, not the parameters)."""
     expired = (
         Job.objects.expired()
         .in_queues(queues)
@@ -187,10 +237,10 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
         .values("id")
         .select_for_update(skip_locked=True)[:RESCUE_BATCH]
     )
-    expired_sql, expired_params = _sql(expired)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
+    with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
+        expired_sql, expired_params = _sql(expired)
+    return (
+        f"""
             WITH expired AS MATERIALIZED ({expired_sql}),
             closed AS (
                 UPDATE {ATTEMPT} a
@@ -218,18 +268,8 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
              WHERE j.id = previous.id
          RETURNING j.id, j.attempts, j.status, previous.worker_id
             """,
-            expired_params,
-        )
-        rescued = [Rescued(*row) for row in cursor.fetchall()]
-    for r in rescued:
-        logger.warning(
-            "job=%s attempt=%s lease expired (worker %s); %s",
-            r.job_id,
-            r.attempt,
-            r.previous_worker,
-            "buried: no attempts left" if r.status == JobStatus.DEAD else "requeued",
-        )
-    return rescued
+        expired_params,
+    )
 
 
 def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> set[uuid.UUID]:
