@@ -19,7 +19,7 @@ from .models import FINISHED, Attempt, Job, JobStatus, ReturnValue
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 RETURN_VALUE = ReturnValue._meta.db_table
-_COLUMNS = [f.column for f in Job._meta.concrete_fields]
+_ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
 CHANNEL = "reliableq"
 # The payload is the queue; run_at in the future needs no wake-up now (workers poll).
 NOTIFY_SQL = f"CASE WHEN inserted.run_at <= now() THEN pg_notify('{CHANNEL}', inserted.queue) END"
@@ -99,28 +99,27 @@ def submit(
                                    run_at, worker_id, last_error, dedupe_key, created_at, updated_at)
                 VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, COALESCE(%s, now()), '', '', %s, now(), now())
                 ON CONFLICT (dedupe_key) DO NOTHING
-                RETURNING {", ".join(_COLUMNS)}
+                RETURNING run_at, created_at, updated_at, queue
             )
             -- Wakes idle workers of this queue when (and only if) the transaction commits.
-            SELECT {", ".join(_COLUMNS)}, {NOTIFY_SQL} FROM inserted
+            SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
             """,
             (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key),
         )
         row = cursor.fetchone()
-    if row is not None:
-        row = row[:-1]  # the pg_notify column
     if row is None:
         # Another transaction holds the key: ON CONFLICT waited for it to commit, so it is visible.
         return Job.objects.get(dedupe_key=dedupe_key), False
-    return Job.from_db(connection.alias, [f.attname for f in Job._meta.concrete_fields], _decode(row)), True
-
-
-def _decode(row: tuple[Any, ...]) -> list[Any]:
-    values = list(row)
-    payload_index = _COLUMNS.index("payload")
-    if isinstance(values[payload_index], str):
-        values[payload_index] = json.loads(values[payload_index])
-    return values
+    # Only what the database decided comes back (its times); the rest is what was just inserted,
+    # the payload decoded from the JSON that was stored, as a read of the row would give it.
+    stored_run_at, created_at, updated_at, _ = row
+    values = {
+        "id": job_id, "kind": kind, "queue": queue, "priority": priority, "payload": json.loads(encoded),
+        "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget, "run_at": stored_run_at,
+        "lease_token": None, "lease_expires_at": None, "worker_id": "", "last_error": "", "dedupe_key": dedupe_key,
+        "created_at": created_at, "updated_at": updated_at, "finished_at": None,
+    }
+    return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True
 
 
 def replay(job_id: uuid.UUID | str) -> Job:
