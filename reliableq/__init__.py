@@ -18,7 +18,7 @@ from .registry import handler
 if TYPE_CHECKING:
     from .models import Job
 
-__all__ = ["handler", "enqueue", "PermanentError", "TransientError", "UnknownKind", "LeaseLost"]
+__all__ = ["handler", "enqueue", "enqueue_many", "PermanentError", "TransientError", "UnknownKind", "LeaseLost"]
 
 
 def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:
@@ -26,3 +26,10 @@ def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) ->
     from .services import enqueue as _enqueue  # models load only once apps are ready
 
     return _enqueue(kind, payload, **options)
+
+
+def enqueue_many(kind: str, payloads: Any, **options: Any) -> list[Any]:
+    """Store many jobs of one kind with one INSERT in the caller's transaction (see reliableq.services.enqueue_many)."""
+    from .services import enqueue_many as _enqueue_many
+
+    return _enqueue_many(kind, payloads, **options)
