@@ -37,11 +37,11 @@ def plot_ingestion(out: Path, http: dict[int, Any], python: dict[str, dict[str, 
     a.set_ylabel("committed submissions / s")
     a.set_title("ReliableQ: POST /v1/jobs through gunicorn")
     a.set_ylim(bottom=0)
-    modes = [("one", "1 per transaction"), ("bulk", f"bulk, {bulk} per transaction")]
+    modes = [("one", "1 per transaction"), ("atomic", "1 per atomic() block"), ("bulk", f"bulk, {bulk} per call")]
     width = 0.8 / max(1, len(python))
     for i, (key, d) in enumerate(python.items()):
         xs = [j + i * width for j in range(len(modes))]
-        ys = [d[m].median if d[m].values else 0 for m, _ in modes]
+        ys = [d[m].median if m in d and d[m].values else 0 for m, _ in modes]
         b.bar(xs, ys, width, label=NAMES[key], color=COLORS[key])
     b.set_xticks([j + width * (len(python) - 1) / 2 for j in range(len(modes))], [label for _, label in modes])
     b.set_yscale("log")

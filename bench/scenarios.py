@@ -163,31 +163,35 @@ class Bench:
         Token.objects.filter(user=user).delete()
         user.delete()
 
+        modes = [("one", "Python, 1 job per transaction (autocommit: each call commits)"),
+                 ("atomic", "Python, 1 job per `transaction.atomic()` block (as in a view)"),
+                 ("bulk", f"Python, bulk: {self.p.bulk_size} jobs per transaction, one call")]
         python: dict[str, dict[str, Summary]] = {}
         for system in [self.rq, *self.peers]:
-            python[system.key] = {"one": Summary([]), "bulk": Summary([])}
+            python[system.key] = {mode: Summary([]) for mode, _ in modes}
             for rep in range(self.p.reps):
-                python[system.key]["one"].values.append(self._enqueue_run(system, rep, bulk=False))
-                if system.key != "tasksdb":  # Django's tasks framework has no bulk enqueue
-                    python[system.key]["bulk"].values.append(self._enqueue_run(system, rep, bulk=True))
+                for mode, _ in modes:
+                    if mode == "bulk" and not system.has_bulk:
+                        continue
+                    python[system.key][mode].values.append(self._enqueue_run(system, rep, mode))
             system.reset()
 
         rq_one = python["reliableq"]["one"].median
-        rows = [[f"HTTP `POST /v1/jobs`, {c} client{'s' if c > 1 else ''}", http[c].text(), "", "", ""]
+        rows = [[f"HTTP `POST /v1/jobs`, {c} client{'s' if c > 1 else ''}", http[c].text(), "", ""]
                 for c in self.p.ingest_clients]
-        for label, mode in (("Python, 1 job per transaction", "one"), (f"Python, bulk ({self.p.bulk_size}/transaction)", "bulk")):
+        for mode, label in modes:
             rq = python["reliableq"][mode]
             cells = [label, rq.text()]
             for peer in ("procrastinate", "tasksdb"):
                 got = python.get(peer, {}).get(mode)
-                cells.append(f"{got.text()} ({fmt_ratio(ratio(rq.median, got.median))})" if got and got.values else "n/a")
-            cells.append("")
+                cells.append(f"{got.text()} ({fmt_ratio(ratio(rq.median, got.median))})" if got and got.values
+                             else "n/a (no bulk API)" if peer == "tasksdb" and peer in python else "n/a")
             rows.append(cells)
-        s.tables.append(table(["path", "ReliableQ jobs/s", "procrastinate jobs/s (RQ ratio)",
-                               "django-tasks-db jobs/s (RQ ratio)", ""], [r[:4] for r in rows]))
-        s.notes.append("Figures are medians of the repetitions, with the range in brackets. The peers' Python paths "
-                       "are their own enqueue APIs: procrastinate's `defer()` / `batch_defer()` and Django's "
-                       "`task.enqueue()` on the django-tasks-db backend (which has no bulk path).")
+        s.tables.append(table(["path", "ReliableQ jobs/s", "procrastinate jobs/s (ReliableQ ratio)",
+                               "django-tasks-db jobs/s (ReliableQ ratio)"], rows))
+        s.notes.append("Each system's own enqueue API: `reliableq.enqueue()` / `reliableq.enqueue_many()`, "
+                       "procrastinate's `defer()` / `batch_defer()` (its Django connector, on Django's connection), "
+                       "and Django's `task.enqueue()` on the django-tasks-db backend, which has no bulk path.")
         s.data = {"http": {c: v.to_json() for c, v in http.items()},
                   "python": {k: {m: v.to_json() for m, v in d.items()} for k, d in python.items()}}
         self.results["enqueue_one"] = rq_one
@@ -197,9 +201,9 @@ class Bench:
         s.plots.append(report.plot_ingestion(self.out, http, python, self.p.bulk_size))
         return s
 
-    def _enqueue_run(self, system: System, rep: int, *, bulk: bool) -> float:
+    def _enqueue_run(self, system: System, rep: int, mode: str) -> float:
         system.reset()
-        run = f"ingest {system.name} {'bulk' if bulk else '1/tx'} rep {rep + 1}"
+        run = f"ingest {system.name} {mode} rep {rep + 1}"
         n = 0
         latencies = []
         began = time.monotonic()
@@ -207,16 +211,11 @@ class Bench:
         size = self.p.bulk_size
         while time.monotonic() < stop_at:
             t0 = time.monotonic()
-            if bulk and isinstance(system, ReliableQ):
-                with transaction.atomic():
-                    for _ in range(size):
-                        system.enqueue_call("noop")
-                n += size
-            elif bulk:
-                system.load(size, "noop")
+            if mode == "bulk":
+                system.enqueue_bulk(size)
                 n += size
             else:
-                system.enqueue("noop")
+                system.enqueue("noop", atomic=mode == "atomic")
                 n += 1
             latencies.append(time.monotonic() - t0)
         wall = time.monotonic() - began

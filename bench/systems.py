@@ -69,9 +69,15 @@ class System:
         """Insert n due jobs in one transaction; they are visible to workers once it commits."""
         raise NotImplementedError
 
-    def enqueue(self, job: str) -> None:
-        """One job, one transaction, through the system's public API."""
+    def enqueue(self, job: str, *, atomic: bool = False) -> None:
+        """One job through the system's public API: its own transaction, or inside transaction.atomic()."""
         raise NotImplementedError
+
+    def enqueue_bulk(self, n: int) -> None:
+        """n jobs in one transaction through the system's bulk API (None: it has none)."""
+        raise NotImplementedError
+
+    has_bulk = True
 
     def unfinished(self) -> int:
         raise NotImplementedError
@@ -109,29 +115,24 @@ class ReliableQ(System):
     def reset(self) -> None:
         _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_job")
 
-    def load(self, n: int, job: str, payload: dict[str, Any] | None = None, *, queue: str = QUEUE,
-             max_attempts: int = 5) -> None:
-        with transaction.atomic():
-            _exec(
-                """
-                INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                           run_at, worker_id, last_error, created_at, updated_at)
-                SELECT gen_random_uuid(), %s, %s, 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', now(), now()
-                  FROM generate_series(1, %s)
-                """,
-                (self.KINDS.get(job, job), queue, json.dumps(payload or {}), max_attempts, n),
-            )
-            _exec("SELECT pg_notify('reliableq', %s)", [queue])
+    def load(self, n: int, job: str, payload: dict[str, Any] | None = None, *, queue: str = QUEUE) -> None:
+        self.enqueue_bulk(n, job, payload, queue=queue)
 
-    def enqueue(self, job: str, *, queue: str = QUEUE) -> None:
-        with transaction.atomic():
-            self.enqueue_call(job, queue=queue)
-
-    def enqueue_call(self, job: str, *, queue: str = QUEUE) -> None:
-        """reliableq.enqueue in the caller's transaction."""
+    def enqueue(self, job: str, *, atomic: bool = False, queue: str = QUEUE) -> None:
         import reliableq
 
-        reliableq.enqueue(self.KINDS[job], {}, queue=queue)
+        if atomic:
+            with transaction.atomic():
+                reliableq.enqueue(self.KINDS[job], {}, queue=queue)
+        else:
+            reliableq.enqueue(self.KINDS[job], {}, queue=queue)
+
+    def enqueue_bulk(self, n: int, job: str = "noop", payload: dict[str, Any] | None = None, *,
+                     queue: str = QUEUE) -> None:
+        import reliableq
+
+        with transaction.atomic():
+            reliableq.enqueue_many(self.KINDS.get(job, job), [payload or {}] * n, queue=queue)
 
     def unfinished(self) -> int:
         return _one("SELECT count(*) FROM reliableq_job WHERE status IN ('PENDING', 'RUNNING')")[0]
@@ -205,8 +206,15 @@ class Procrastinate(System):
             for start in range(0, n, 5000):
                 task.batch_defer(*([{}] * min(5000, n - start)))
 
-    def enqueue(self, job: str) -> None:
-        self._task(job).defer()
+    def enqueue(self, job: str, *, atomic: bool = False) -> None:
+        if atomic:  # the Django connector runs on Django's connection, so it joins the transaction
+            with transaction.atomic():
+                self._task(job).defer()
+        else:
+            self._task(job).defer()
+
+    def enqueue_bulk(self, n: int) -> None:
+        self._task("noop").batch_defer(*([{}] * n))
 
     def unfinished(self) -> int:
         return _one("SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')")[0]
@@ -300,8 +308,14 @@ class TasksDB(System):
                     ]
                 )
 
-    def enqueue(self, job: str) -> None:
-        self._task(job).enqueue()
+    has_bulk = False
+
+    def enqueue(self, job: str, *, atomic: bool = False) -> None:
+        if atomic:
+            with transaction.atomic():
+                self._task(job).enqueue()
+        else:
+            self._task(job).enqueue()
 
     def unfinished(self) -> int:
         return _one(f"SELECT count(*) FROM {self.table} WHERE status IN ('READY', 'RUNNING')")[0]
