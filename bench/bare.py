@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 
 import psycopg
 
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("statements")
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--start-at", type=float, default=0.0, help="time.time() to start at, once connected")
     args = parser.parse_args(argv)
     with open(args.statements) as f:
         spec = json.load(f)
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     with psycopg.connect(os.environ["DATABASE_URL"], cursor_factory=psycopg.ClientCursor, autocommit=True) as conn:
         claim_tx = conn.transaction if spec["claim_atomic"] else contextlib.nullcontext
         finish_tx = conn.transaction if spec["finish_atomic"] else contextlib.nullcontext
+        time.sleep(max(0.0, args.start_at - time.time()))  # every process connected, then all start together
         while True:
             with claim_tx():
                 rows = []

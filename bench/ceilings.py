@@ -131,5 +131,6 @@ def run_pgbench(script: Path, *, clients: int, transactions: int, socket_dir: st
     return result
 
 
-def bare_argv(statements: Path, *, batch: int, worker_id: str) -> list[str]:
-    return [sys.executable, "-m", "bench.bare", str(statements), "--batch", str(batch), "--worker-id", worker_id]
+def bare_argv(statements: Path, *, batch: int, worker_id: str, start_at: float = 0.0) -> list[str]:
+    return [sys.executable, "-m", "bench.bare", str(statements), "--batch", str(batch), "--worker-id", worker_id,
+            "--start-at", repr(start_at)]
