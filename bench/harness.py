@@ -250,7 +250,7 @@ LIMITS: dict[str, str] = {
     "exceed pgbench's rate over the peer's.",
     "bare psycopg": "Django's cursor wrappers and client-side parameter binding, the handler threads' hand-offs, and "
     "one INFO log line per claim and per success (about a fifth of the loop's CPU in a py-spy profile).",
-    "enqueue": "one INSERT that maintains the job table's nine indexes (claim, recovery, pruning and the admin's "
+    "enqueue": "one INSERT that updates seven of the job table's nine indexes (claim, pruning and the admin's "
     "listings) and a commit that waits for the WAL flush (synchronous_commit on).",
     "finished rows": "the claim reads the partial index of due PENDING rows, whatever the table holds; what "
     "moves is the rest of the machine (autovacuum, checkpoints) during the run.",
