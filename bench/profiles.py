@@ -38,13 +38,13 @@ PROFILES = {
     ),
     "quick": Profile(
         name="quick", reps=3, seconds=4.0, min_jobs=500, ingest_clients=(1, 4, 16), ingest_seconds=2.5, bulk_size=1000,
-        concurrency=(1, 2, 4, 8, 16), processes=(1, 2, 4), fleet=(2, 8), io_concurrency=(8, 32, 64),
+        concurrency=(1, 2, 4, 8, 16), processes=(1, 2, 4), fleet=(2, 16), io_concurrency=(8, 32, 64),
         latency_rate=100, latency_seconds=5.0, pileup=(0, 100_000, 1_000_000), pileup_seconds=4.0,
         leases=(2.0, 5.0, 10.0), recovery_trials=2, flaky_rates=(0.0, 0.1, 0.5), flaky_jobs=5000, peers=True,
     ),
     "full": Profile(
         name="full", reps=5, seconds=8.0, min_jobs=1000, ingest_clients=(1, 2, 4, 8, 16), ingest_seconds=8.0,
-        bulk_size=1000, concurrency=(1, 2, 4, 8, 16), processes=(1, 2, 4), fleet=(2, 8), io_concurrency=(8, 32, 64),
+        bulk_size=1000, concurrency=(1, 2, 4, 8, 16), processes=(1, 2, 4), fleet=(2, 16), io_concurrency=(8, 32, 64),
         latency_rate=100, latency_seconds=20.0, pileup=(0, 100_000, 1_000_000), pileup_seconds=6.0,
         leases=(2.0, 5.0, 10.0), recovery_trials=5, flaky_rates=(0.0, 0.1, 0.5), flaky_jobs=10_000, peers=True,
     ),
