@@ -5,7 +5,7 @@
     python -m bench --profile smoke            # under a minute (CI)
     python -m bench --only throughput,ceilings # a subset
 
-It starts its own embedded PostgreSQL 18 in .pgdata/bench (synchronous_commit on), its own
+It starts its own embedded PostgreSQL 18 in .pgdata/bench (synchronous_commit on; stopped at the end if it started it), its own
 gunicorn and workers, runs every scenario several times, passes every run through the
 correctness gate, and writes report.md with PNG plots to bench/results/<profile>-<time>/.
 """
@@ -71,6 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     progress.say(f"bench profile {profile.name}: results in {out}")
     url = core.start_server(args.data_dir)
+    try:
+        return _run(args, profile, only, progress, out, url)
+    finally:
+        from testproject import embedded
+
+        if embedded.started_here(args.data_dir):  # a server that was already running keeps running
+            embedded.stop(args.data_dir)
+
+
+def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out: Path, url: str) -> int:
     core.prepare_environment(url)
 
     import django
