@@ -98,7 +98,7 @@ def test_sigterm_with_a_handler_outliving_grace_exits_without_success_and_the_le
     ids=["TERM-then-INT", "INT-then-TERM"],
 )
 def test_a_second_signal_during_grace_exits_at_once_with_a_nonzero_code(spawn_worker, first, second):
-    sleeper = reliableq.enqueue("test.sleep", {"seconds": 5})
+    sleeper = reliableq.enqueue("test.sleep", {"seconds": 10})
     worker = spawn_worker("--grace-seconds", "30")
     wait_until(is_status(sleeper.id, JobStatus.RUNNING, worker_id="w1"), timeout=15, what="w1 to claim")
 
@@ -110,7 +110,7 @@ def test_a_second_signal_during_grace_exits_at_once_with_a_nonzero_code(spawn_wo
     elapsed = time.monotonic() - sent
 
     assert code != 0 and code > 0, f"exit code {code}: expected a deliberate non-zero exit\n{worker.output()}"
-    assert elapsed < 2.0, f"took {elapsed:.1f}s; the handler (5 s) and the grace (30 s) were not cut short"
+    assert elapsed < 4.0, f"took {elapsed:.1f}s; the handler (10 s) and the grace (30 s) were not cut short"
     assert "second signal" in worker.output()
     left = job(sleeper.id)
     assert left.status == JobStatus.RUNNING and left.finished_at is None
@@ -119,7 +119,7 @@ def test_a_second_signal_during_grace_exits_at_once_with_a_nonzero_code(spawn_wo
 
 
 def test_a_repeated_sigterm_during_grace_exits_at_once_with_a_nonzero_code(spawn_worker):
-    sleeper = reliableq.enqueue("test.sleep", {"seconds": 5})
+    sleeper = reliableq.enqueue("test.sleep", {"seconds": 10})
     worker = spawn_worker("--grace-seconds", "30")
     wait_until(is_status(sleeper.id, JobStatus.RUNNING, worker_id="w1"), timeout=15, what="w1 to claim")
 
@@ -128,7 +128,7 @@ def test_a_repeated_sigterm_during_grace_exits_at_once_with_a_nonzero_code(spawn
 
     def another_sigterm_ends_it() -> bool:
         # Two SIGTERMs that land before Python runs its handler merge into one call, so keep
-        # sending: a worker that ignored every SIGTERM after the first would still drain for 5 s.
+        # sending: a worker that ignored every SIGTERM after the first would still drain for 10 s.
         if worker.proc.poll() is not None:
             return True
         worker.signal(signal.SIGTERM)
@@ -137,6 +137,6 @@ def test_a_repeated_sigterm_during_grace_exits_at_once_with_a_nonzero_code(spawn
     wait_until(another_sigterm_ends_it, timeout=10, interval=0.1, what="the worker to exit on a second SIGTERM")
     elapsed = time.monotonic() - sent
     assert worker.proc.returncode > 0, worker.output()
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 4.0, elapsed  # far below the 10 s handler: the grace was cut short
     assert "second signal" in worker.output()
     assert job(sleeper.id).status == JobStatus.RUNNING
