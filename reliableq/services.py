@@ -39,7 +39,12 @@ class WrongStatus(Exception):
 
 
 def default_max_attempts(kind: str) -> int:
-    return registry.get(kind).max_attempts or reliableq_settings.MAX_ATTEMPTS
+    return _budget(registry.get(kind), None)
+
+
+def _budget(handler: registry.Handler, max_attempts: int | None) -> int:
+    """The attempts a new job gets: the caller's, else its handler's, else MAX_ATTEMPTS."""
+    return max_attempts if max_attempts is not None else handler.max_attempts or reliableq_settings.MAX_ATTEMPTS
 
 
 def enqueue(
@@ -75,7 +80,7 @@ def submit(
     concurrent callers with one key make one row, and neither reads before it writes.
     """
     handler = registry.get(kind)  # UnknownKind if no app registered it
-    budget = max_attempts if max_attempts is not None else handler.max_attempts or reliableq_settings.MAX_ATTEMPTS
+    budget = _budget(handler, max_attempts)
     payload = {} if payload is None else payload
     if not isinstance(payload, dict):
         raise InvalidJob("A job's payload must be a JSON object (a dict).")
@@ -138,7 +143,7 @@ def enqueue_many(
     transaction commits). No dedupe keys: use enqueue for jobs that need one.
     """
     handler = registry.get(kind)  # UnknownKind if no app registered it
-    budget = max_attempts if max_attempts is not None else handler.max_attempts or reliableq_settings.MAX_ATTEMPTS
+    budget = _budget(handler, max_attempts)
     if budget < 1:
         raise InvalidJob("max_attempts must be at least 1.")
     if run_at is not None and timezone.is_naive(run_at):
