@@ -71,7 +71,7 @@ def child_env(**overrides: Any) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    for key in [k for k in env if k.startswith("RELIABLEQ_") and k != "RELIABLEQ_LOG_LEVEL"]:
+    for key in [k for k in env if k.startswith(("RELIABLEQ_", "CHARGES_")) and k != "RELIABLEQ_LOG_LEVEL"]:
         del env[key]  # the caller's knobs (crash points, test kinds) never leak into a measurement
     env.update({k: str(v) for k, v in overrides.items()})
     return env

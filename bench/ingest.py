@@ -42,7 +42,7 @@ from rest_framework.authtoken.models import Token  # noqa: E402
 
 import reliableq  # noqa: E402
 from reliableq.models import Job  # noqa: E402
-from testproject import dburl, processes  # noqa: E402
+from testproject import accounts, dburl, processes  # noqa: E402
 
 KIND = "demo.noop"
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     call_command("migrate", verbosity=0)
     run_id = uuid.uuid4().hex[:10]
     prefix = f"bench-{run_id}"
-    user = User.objects.create_user(prefix)  # no permission needed to submit
+    user = accounts.grant(User.objects.create_user(prefix), "reliableq.submit_job")
     token = Token.objects.create(user=user).key
     port = processes.free_port()
     log_path = Path(os.environ.get("BENCH_LOG", f"/tmp/{prefix}-gunicorn.log"))

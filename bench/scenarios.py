@@ -126,7 +126,7 @@ class Bench:
         from django.contrib.auth.models import User
         from rest_framework.authtoken.models import Token
 
-        from testproject import processes
+        from testproject import accounts, processes
 
         from . import ingest
 
@@ -139,7 +139,7 @@ class Bench:
         http: dict[int, Summary] = {}
         _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_job")
         User.objects.filter(username="bench").delete()
-        user = User.objects.create_user("bench")
+        user = accounts.grant(User.objects.create_user("bench"), "reliableq.submit_job")
         token = Token.objects.create(user=user).key
         port = processes.free_port()
         with Procs(self.logs) as procs:

@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reliableq.api.base import BaseAPIView
+from reliableq.api.base import BaseAPIView, requires
 from reliableq.api.problems import Conflict, ServiceUnavailable, problem
 
 from . import faults, services
@@ -19,6 +19,12 @@ MAX_KEY = 255
 
 
 class ChargeListView(BaseAPIView):
+    """Making charges is a permission of its own (charges.add_charge): the charge job's service
+    account holds it, a user who may submit jobs does not, so nobody can pre-empt a job's charge
+    by sending its effect key first."""
+
+    permission_classes = [*BaseAPIView.permission_classes, requires("charges.add_charge")]
+
     def post(self, request: Request) -> Response:
         key = request.headers.get("Idempotency-Key", "")
         knob = faults.current()
@@ -55,6 +61,8 @@ class ChargeListView(BaseAPIView):
 
 
 class ChargeDetailView(BaseAPIView):
+    permission_classes = [*BaseAPIView.permission_classes, requires("charges.view_charge")]
+
     def get(self, request: Request, charge_id: str) -> Response:
         try:
             charge = Charge.objects.get(pk=uuid.UUID(charge_id))

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import LeaseLost, PermanentError, TransientError, UnknownKind
+from .errors import InvalidJob, PermanentError, ReliableQError, TransientError, UnknownKind
 from .registry import handler
 
 if TYPE_CHECKING:
     from .models import Job
 
-__all__ = ["handler", "enqueue", "enqueue_many", "PermanentError", "TransientError", "UnknownKind", "LeaseLost"]
+__all__ = [
+    "handler", "enqueue", "enqueue_many", "ReliableQError", "PermanentError", "TransientError", "UnknownKind",
+    "InvalidJob",
+]
 
 
 def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:

@@ -10,7 +10,6 @@ import uuid
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.db.models.functions import Now
@@ -24,6 +23,7 @@ from django.views.decorators.http import require_POST
 
 from . import registry, services, stats
 from .admin_paging import CappedCountPaginator
+from .errors import WrongStatus
 from .models import Attempt, Job, JobStatus, QueueDashboard
 
 STATUS_COLOURS = {
@@ -43,11 +43,10 @@ def status_badge(status: str) -> str:
     )
 
 
-def audit(request: HttpRequest, job: Job, message: str) -> None:
-    """Record who changed a job's fate, in the admin's own log."""
-    LogEntry.objects.log_actions(
-        user_id=request.user.pk, queryset=[job], action_flag=CHANGE, change_message=message, single_object=True
-    )
+# The most jobs one Replay or Cancel action touches: the confirmation page lists each of them.
+MAX_SELECTION = 500
+# The most queue names the queue filter lists (any queue can still be filtered by its URL).
+MAX_QUEUE_CHOICES = 30
 
 
 class _ExactFilter(admin.SimpleListFilter):
@@ -74,13 +73,21 @@ class KindFilter(_ExactFilter):
 
 
 class QueueFilter(_ExactFilter):
-    """Queues in use, read with a loose index scan over (queue, created_at)."""
+    """Queues in use, read with a loose index scan over (queue, created_at), the first MAX_QUEUE_CHOICES of them.
+
+    Every list page renders the choices, so thousands of queue names would make every page
+    megabytes long; the chosen queue is always listed, so a link to ?queue=<name> still shows it.
+    """
 
     title = "queue"
     parameter_name = "queue"
 
     def choices_from(self) -> list[str]:
-        return stats.queues()
+        names = stats.queues(limit=MAX_QUEUE_CHOICES)
+        chosen = self.value()
+        if chosen and chosen not in names:
+            names.append(chosen)
+        return names
 
 
 class LeaseExpiredFilter(admin.SimpleListFilter):
@@ -139,12 +146,13 @@ class JobAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # "Show counts" would COUNT the whole table once per filter
     paginator = CappedCountPaginator
+    list_select_related = ["submitted_by"]
     actions = ["replay_selected", "cancel_selected"]
     inlines = [AttemptInline]
     change_form_template = "admin/reliableq/job/change_form.html"
     fields = [
         "id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "lease_token",
-        "lease_expires_at", "worker_id", "dedupe_key", "effect_key", "charges_link", "last_error",
+        "lease_expires_at", "worker_id", "submitted_by", "dedupe_key", "effect_key", "charges_link", "last_error",
         "payload_pretty", "created_at", "updated_at", "finished_at",
     ]
     readonly_fields = fields
@@ -165,6 +173,14 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("reliableq.cancel_job")
+
+    # The URL may filter only through the list's own filters: any other lookup (a payload key
+    # with icontains, say) would be a full scan that anyone with view_job could start at will.
+    ALLOWED_LOOKUPS = frozenset({"status__exact", KindFilter.parameter_name, QueueFilter.parameter_name,
+                                 LeaseExpiredFilter.parameter_name})
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        return lookup in self.ALLOWED_LOOKUPS
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[QuerySet[Job], bool]:
         """Exact matches only, each served by an index: id, dedupe key, kind."""
@@ -207,7 +223,11 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload_pretty(self, job: Job) -> str:
-        return format_html("<pre style=\"margin:0\">{}</pre>", json.dumps(job.payload, indent=2, sort_keys=True))
+        try:
+            text = json.dumps(job.payload, indent=2, sort_keys=True)
+        except RecursionError:  # stored before nesting was bounded: show it unindented rather than fail
+            text = str(job.payload)
+        return format_html("<pre style=\"margin:0\">{}</pre>", text)
 
     @admin.display(description="charges")
     def charges_link(self, job: Job) -> str:
@@ -225,19 +245,29 @@ class JobAdmin(admin.ModelAdmin):
     def replay_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self._confirm_then(
             request, queryset, action="replay_selected", needed=JobStatus.DEAD, verb="Replay",
-            act=services.replay, message="Replayed: back to PENDING with the same id and effect key.",
+            act=services.replay,
         )
 
     @admin.action(description="Cancel selected pending jobs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self._confirm_then(
             request, queryset, action="cancel_selected", needed=JobStatus.PENDING, verb="Cancel",
-            act=services.cancel, message="Cancelled.",
+            act=services.cancel,
         )
 
     def _confirm_then(self, request: HttpRequest, queryset: QuerySet[Job], *, action: str, needed: str,
-                      verb: str, act: Any, message: str) -> HttpResponse | None:
-        jobs = list(queryset.order_by("-created_at"))
+                      verb: str, act: Any) -> HttpResponse | None:
+        jobs = list(queryset.order_by("-created_at")[: MAX_SELECTION + 1])
+        if len(jobs) > MAX_SELECTION:
+            # "Select all N" over a large table would build a page listing every job.
+            self.message_user(
+                request,
+                f"More than {MAX_SELECTION} jobs are selected; {verb.lower()} at most {MAX_SELECTION} at a time. "
+                f"Filter the list (status {needed}, a kind, a queue), select the page and repeat: each round "
+                f"leaves the list. For more, use POST /v1/jobs/<id>/{verb.lower()} from a script.",
+                messages.ERROR,
+            )
+            return None
         eligible = [j for j in jobs if j.status == needed]
         skipped = [j for j in jobs if j.status != needed]
         if request.POST.get("confirm") != "yes":
@@ -256,11 +286,10 @@ class JobAdmin(admin.ModelAdmin):
         done = 0
         for job in eligible:
             try:
-                changed = act(job.pk)
-            except services.WrongStatus:
+                act(job.pk, by=request.user)  # audited by the service, as the API's calls are
+            except WrongStatus:
                 skipped.append(job)  # changed since the confirmation page
                 continue
-            audit(request, changed, message)
             done += 1
         if done:
             self.message_user(request, f"{verb}ed {done} job(s).".replace("Canceled", "Cancelled"), messages.SUCCESS)
@@ -293,11 +322,10 @@ def _replay_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> 
     if job is None:
         return HttpResponseRedirect(reverse("admin:reliableq_job_changelist"))
     try:
-        job = services.replay(job.pk)
-    except services.WrongStatus as exc:
+        job = services.replay(job.pk, by=request.user)
+    except WrongStatus as exc:
         model_admin.message_user(request, str(exc), messages.ERROR)
     else:
-        audit(request, job, "Replayed: back to PENDING with the same id and effect key.")
         model_admin.message_user(request, f"Job {job.id} replayed: it is PENDING again.", messages.SUCCESS)
     return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
 

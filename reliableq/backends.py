@@ -2,10 +2,15 @@
 
     TASKS = {"default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "emails"]}}
 
-Each enqueued task is a job of kind `django.task` in the caller's transaction. Django's
-priority (higher first, -100..100) becomes ours (lower first) by negation; `run_after`
-becomes `run_at`. An exception is retried with backoff like any job until its budget is
-spent, and the result reads FAILED only once the job is DEAD.
+Each enqueued task is a job of its own kind, `django.task:<module path of the task>`, in the
+caller's transaction, so per-kind limits, timeouts, admin filters and metrics tell tasks
+apart. Django's priority (higher first, -100..100) becomes ours (lower first) by negation;
+`run_after` becomes `run_at`. An exception is retried with backoff like any job until its
+budget is spent, and the result reads FAILED only once the job is DEAD.
+
+A worker runs only tasks registered through this backend, that is, Task objects created in a
+module the process has imported (every installed app's tasks.py is imported at start). It
+never imports a module path read from a job's payload.
 """
 
 from __future__ import annotations
@@ -15,11 +20,8 @@ import traceback
 import uuid
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from django.utils.module_loading import import_string
-
 from . import registry, services
-from .errors import PermanentError, TransientError
+from .errors import TransientError
 from .models import Attempt, Job, JobStatus
 from .tasks_compat import (
     BaseTaskBackend,
@@ -35,7 +37,9 @@ from .tasks_compat import (
     task_started,
 )
 
-KIND = "django.task"
+KIND = registry.TASKS_KIND  # jobs enqueued before tasks had kinds of their own
+# Every Task created for a ReliableQBackend, by module path: what a worker may run.
+_tasks: dict[str, Task] = {}
 STATUSES = {
     JobStatus.PENDING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
@@ -49,11 +53,37 @@ class TaskFailed(TransientError):
     """A task raised: retried like any transient error; the message carries the class path first."""
 
 
+def task_kind(task: Task) -> str:
+    """The job kind of a task: `django.task:<module path>`."""
+    return f"{KIND}:{task.module_path}"
+
+
+def registered_task(path: str) -> Task:
+    """The Task registered under this module path; UnknownKind if this process has none."""
+    try:
+        return _tasks[path]
+    except KeyError:
+        raise registry.UnknownKind(
+            f"No task {path!r} is registered with the ReliableQ backend in this process "
+            "(define it in an installed app's tasks.py, which workers import at start)."
+        ) from None
+
+
 class ReliableQBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+
+    def validate_task(self, task: Task) -> None:
+        """Check the task as Django does, then register it: its kind, and the Task a worker may run.
+
+        Django calls this when a @task is defined (and again for each .using() copy), so
+        importing a module registers its tasks, and nothing else does.
+        """
+        super().validate_task(task)
+        _tasks[task.module_path] = task
+        registry.handler(task_kind(task), keep_return=True)(run_task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
@@ -63,7 +93,9 @@ class ReliableQBackend(BaseTaskBackend):
             json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"Task arguments must be JSON-serializable: {exc}") from None
-        job = services.enqueue(KIND, payload, queue=task.queue_name, priority=-task.priority, run_at=task.run_after)
+        job = services.enqueue(
+            task_kind(task), payload, queue=task.queue_name, priority=-task.priority, run_at=task.run_after
+        )
         result = to_result(task, job, [], None)
         from .tasks_compat import task_enqueued
 
@@ -72,10 +104,12 @@ class ReliableQBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         try:
-            job = Job.objects.get(pk=uuid.UUID(str(result_id)), kind=KIND)
+            job = Job.objects.get(pk=uuid.UUID(str(result_id)))
         except (ValueError, Job.DoesNotExist):
             raise TaskResultDoesNotExist(result_id) from None
-        task = import_string(job.payload["task"])
+        if not registry.is_task_kind(job.kind):
+            raise TaskResultDoesNotExist(result_id)
+        task = registered_task(job.payload["task"])
         attempts = list(Attempt.objects.filter(job=job).order_by("number"))
         value = getattr(getattr(job, "return_value", None), "value", None)
         return to_result(task, job, attempts, value)
@@ -116,12 +150,12 @@ def task_error(text: str) -> TaskError | None:
 
 @registry.handler(KIND, keep_return=True)
 def run_task(job: Any) -> Any:
-    """Call the task function with the enqueued arguments; its return value is stored when the job succeeds."""
+    """Call the registered task with the enqueued arguments; its return value is stored when the job succeeds."""
     payload = job.payload
-    try:
-        task: Task = import_string(payload["task"])
-    except ImportError as exc:
-        raise PermanentError(f"the task {payload['task']} cannot be imported: {exc}") from None
+    path = payload.get("task")
+    if not isinstance(path, str) or (job.kind != KIND and job.kind != f"{KIND}:{path}"):
+        raise registry.UnknownKind(f"job {job.id} of kind {job.kind!r} does not name its task")
+    task = registered_task(path)  # never an import: unknown here is retried, as an unknown kind is
     backend = task_backends[payload.get("backend", "default")]
     row = Job.objects.get(pk=job.id)
     attempts = list(Attempt.objects.filter(job=row).order_by("number"))
@@ -130,9 +164,8 @@ def run_task(job: Any) -> Any:
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     if task.takes_context:
         args = [TaskContext(task_result=result), *args]
-    func = async_to_sync(task.func) if _is_async(task.func) else task.func
     try:
-        value = normalize_json(func(*args, **kwargs))
+        value = normalize_json(task.call(*args, **kwargs))  # Task.call runs async functions to completion
     except Exception as exc:
         kind = type(exc)
         trace = "".join(traceback.format_exception(exc))
@@ -141,8 +174,3 @@ def run_task(job: Any) -> Any:
     task_finished.send(type(backend), task_result=result)
     return value
 
-
-def _is_async(func: Any) -> bool:
-    import inspect
-
-    return inspect.iscoroutinefunction(func)

@@ -14,9 +14,8 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_BASE_SECONDS": 5.0,  # cap(n) = min(MAX, BASE * 2**(n-1))
     "BACKOFF_MAX_SECONDS": 3600.0,  # the cap of the cap
     "HANDLER_TIMEOUT_SECONDS": 60.0,  # default per-handler wall-clock limit
-    "MAX_PAYLOAD_BYTES": 65536,  # JSON-encoded payload size limit for the API
-    "CHARGE_SERVICE_URL": "http://127.0.0.1:8000",  # where the bundled charge job sends charges
-    "CHARGE_SERVICE_TOKEN": "",  # DRF token the charge job sends as Authorization: Token <key>
+    "MAX_PAYLOAD_BYTES": 65536,  # a job's payload as compact JSON may be at most this long
+    "MAX_SCHEDULE_SECONDS": 365 * 86400.0,  # run_at may be at most this far ahead; a past run_at means now
     "FAULT_INJECTION": False,  # honour RELIABLEQ_CRASH_AT; only tests and the demo turn this on
     "POLL_SECONDS": 1.0,  # how long an idle worker waits before looking for due jobs again
     "LISTEN_NOTIFY": True,  # wake idle workers on enqueue with LISTEN/NOTIFY; off behind a pooler that drops them

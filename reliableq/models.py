@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -64,7 +65,15 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     worker_id = models.CharField(max_length=200, blank=True, default="")
     last_error = models.TextField(blank=True, default="")
-    dedupe_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    # Unique within its scope: "" for Python callers (and cron), "user:<pk>" for an HTTP submitter,
+    # so one user's Idempotency-Key never meets another user's or an internal key.
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True)
+    dedupe_scope = models.CharField(max_length=80, blank=True, default="", db_default="", editable=False)
+    # Who submitted the job over HTTP (None: enqueued by code). No index of its own on the hot
+    # path: a partial one covers only the rows that have a submitter.
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -74,8 +83,10 @@ class Job(models.Model):
     class Meta:
         ordering = ["-created_at"]
         permissions = [
+            ("submit_job", "Can submit jobs over HTTP"),
             ("replay_job", "Can replay a dead job"),
-            ("cancel_job", "Can cancel a pending job"),
+            ("cancel_job", "Can cancel a job"),
+            ("pause_queue", "Can pause and resume a queue"),
         ]
         indexes = [
             # The claim: due PENDING rows of some queues, best priority first.
@@ -95,6 +106,12 @@ class Job(models.Model):
             models.Index(fields=["status", "-created_at"], name="reliableq_job_status_created"),
             models.Index(fields=["queue", "-created_at"], name="reliableq_job_queue_created"),
             models.Index(fields=["kind", "-created_at"], name="reliableq_job_kind_created"),
+            # A submitter's own jobs (the API's list without view_job; SET_NULL when a user is deleted).
+            models.Index(
+                fields=["submitted_by"],
+                condition=Q(submitted_by__isnull=False),
+                name="reliableq_job_submitted_by",
+            ),
             # Pruning: finished rows by age.
             models.Index(
                 fields=["finished_at"],
@@ -103,6 +120,7 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            models.UniqueConstraint(fields=["dedupe_scope", "dedupe_key"], name="reliableq_job_dedupe_unique"),
             models.CheckConstraint(
                 condition=Q(status__in=JobStatus.values), name="reliableq_job_status_valid"
             ),

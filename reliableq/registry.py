@@ -7,9 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UnknownKind
+from .errors import NotSubmittable, UnknownKind
 
 HandlerFunc = Callable[[Any], Any]
+# Django Tasks run as `django.task` (jobs made before tasks had kinds of their own) and as
+# `django.task:<module path>`: never submittable over HTTP, whatever a handler says.
+TASKS_KIND = "django.task"
+TASKS_BACKEND = "reliableq.backends.ReliableQBackend"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,6 +25,7 @@ class Handler:
     max_running: int | None = None  # fleet-wide cap for the kind
     cron: str | None = None  # periodic schedule
     keep_return: bool = False  # store the return value, fenced with the finish (Tasks backend)
+    http: bool = False  # POST /v1/jobs may submit this kind (users holding reliableq.submit_job)
 
 
 _handlers: dict[str, Handler] = {}
@@ -34,6 +39,7 @@ def handler(
     max_running: int | None = None,
     cron: str | None = None,
     keep_return: bool = False,
+    http: bool = False,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of `kind`."""
     if not kind or len(kind) > 200:
@@ -44,6 +50,8 @@ def handler(
         raise ValueError("timeout must be a positive number of seconds.")
     if max_running is not None and max_running < 1:
         raise ValueError("max_running must be at least 1.")
+    if http and is_task_kind(kind):
+        raise ValueError(f"Kind {kind!r} runs Django Tasks, which are never submittable over HTTP.")
     if cron is not None:
         from .scheduler import next_slot  # a bad expression fails at import of jobs.py, not at 3 a.m.
 
@@ -62,6 +70,7 @@ def handler(
             max_running=max_running,
             cron=cron,
             keep_return=keep_return,
+            http=http,
         )
         return func
 
@@ -73,6 +82,22 @@ def get(kind: str) -> Handler:
         return _handlers[kind]
     except KeyError:
         raise UnknownKind(f"No handler is registered for kind {kind!r}.") from None
+
+
+def is_task_kind(kind: str) -> bool:
+    return kind == TASKS_KIND or kind.startswith(TASKS_KIND + ":")
+
+
+def for_http(kind: str) -> Handler:
+    """The handler of a kind that POST /v1/jobs may submit; else NotSubmittable, naming no other kind.
+
+    An unknown kind and a kind that did not opt in get the same answer, so the API never
+    tells a caller which kinds exist.
+    """
+    found = _handlers.get(kind)
+    if found is None or not found.http or is_task_kind(kind):
+        raise NotSubmittable(f"Kind {kind!r} cannot be submitted over HTTP.")
+    return found
 
 
 def caps() -> dict[str, int]:
@@ -90,7 +115,20 @@ def kinds() -> list[str]:
 
 
 def autodiscover() -> None:
-    """Import every installed app's jobs module, as the admin does with admin.py."""
+    """Import every installed app's jobs module, as the admin does with admin.py.
+
+    Where the ReliableQ Tasks backend is configured, import every app's tasks module too: a
+    worker runs only the tasks its process has registered, never a path read from a payload.
+    """
+    from django.conf import settings
     from django.utils.module_loading import autodiscover_modules
 
     autodiscover_modules("jobs")
+    backends = getattr(settings, "TASKS", {}) or {}
+    if any(options.get("BACKEND") == TASKS_BACKEND for options in backends.values()):
+        autodiscover_modules("tasks")
+
+
+def http_kinds() -> list[str]:
+    """Kinds that POST /v1/jobs accepts."""
+    return sorted(kind for kind, h in _handlers.items() if h.http and not is_task_kind(kind))

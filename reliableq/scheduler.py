@@ -14,6 +14,7 @@ from cronsim import CronSim, CronSimError
 from django.db import connection
 
 from . import registry, services
+from .conf import reliableq_settings
 from .models import Job
 
 logger = logging.getLogger("reliableq.scheduler")
@@ -40,9 +41,14 @@ def database_now() -> dt.datetime:
 def schedule_next(now: dt.datetime | None = None) -> list[Job]:
     """Make sure the next slot of every cron kind has its job; return the jobs this call created."""
     now = database_now() if now is None else now
+    # A minute inside the bound that enqueue checks, so clock skew between this host and the
+    # database never makes a slot's job invalid.
+    horizon = now + dt.timedelta(seconds=float(reliableq_settings.MAX_SCHEDULE_SECONDS) - 60)
     created = []
     for kind, expression in registry.crons().items():
         slot = next_slot(expression, now)
+        if slot > horizon:
+            continue  # a yearly slot beyond the schedule bound: inserted once it comes within it
         job, new = services.submit(
             kind, {"scheduled_for": slot.isoformat()}, run_at=slot, dedupe_key=slot_key(kind, slot)
         )

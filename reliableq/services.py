@@ -12,9 +12,12 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import registry
+from . import audit, registry, rules
 from .conf import reliableq_settings
+from .errors import InvalidJob, WrongStatus
 from .models import FINISHED, Attempt, Job, JobStatus, ReturnValue
+
+__all__ = ["InvalidJob", "WrongStatus", "enqueue", "submit", "enqueue_many", "replay", "cancel", "prune"]
 
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
@@ -23,19 +26,6 @@ _ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
 CHANNEL = "reliableq"
 # The payload is the queue; run_at in the future needs no wake-up now (workers poll).
 NOTIFY_SQL = f"CASE WHEN inserted.run_at <= now() THEN pg_notify('{CHANNEL}', inserted.queue) END"
-
-
-class InvalidJob(ValueError):
-    """The job as asked for cannot be stored."""
-
-
-class WrongStatus(Exception):
-    """The job is not in the status this operation needs."""
-
-    def __init__(self, job: Job, needed: str) -> None:
-        self.job = job
-        self.needed = needed
-        super().__init__(f"Job {job.id} is {job.status}; this needs a {needed} job.")
 
 
 def default_max_attempts(kind: str) -> int:
@@ -73,27 +63,27 @@ def submit(
     run_at: dt.datetime | None = None,
     max_attempts: int | None = None,
     dedupe_key: str | None = None,
+    submitted_by: Any = None,
 ) -> tuple[Job, bool]:
     """Like enqueue, and say whether this call created the job (False: dedupe_key found one).
 
-    The unique constraint on dedupe_key decides, in one INSERT ... ON CONFLICT DO NOTHING: two
-    concurrent callers with one key make one row, and neither reads before it writes.
+    With `submitted_by` (a user), the job records its submitter and `dedupe_key` is that
+    user's own: it never finds, blocks or reveals a job of another user or of the code
+    (cron slots, Python callers). The unique constraint on (scope, key) decides, in one
+    INSERT ... ON CONFLICT DO NOTHING: two concurrent callers with one key make one row,
+    and neither reads before it writes.
     """
     handler = registry.get(kind)  # UnknownKind if no app registered it
     budget = _budget(handler, max_attempts)
-    payload = {} if payload is None else payload
-    if not isinstance(payload, dict):
-        raise InvalidJob("A job's payload must be a JSON object (a dict).")
-    if budget < 1:
-        raise InvalidJob("max_attempts must be at least 1.")
-    if run_at is not None and timezone.is_naive(run_at):
-        raise InvalidJob("run_at must be timezone-aware.")
-    if not queue or len(queue) > 100:
-        raise InvalidJob("queue must be a non-empty name of at most 100 characters.")
-    try:
-        encoded = json.dumps(payload, allow_nan=False)  # NaN and Infinity are not JSON: jsonb refuses them
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"The payload is not JSON-serializable: {exc}.") from None
+    rules.max_attempts(budget)
+    rules.queue_name(queue)
+    rules.priority(priority)
+    rules.run_at(run_at)
+    if dedupe_key is not None:
+        rules.key(dedupe_key)
+    encoded = rules.payload(payload)
+    scope = dedupe_scope(submitted_by)
+    submitter_id = None if submitted_by is None else submitted_by.pk
 
     job_id = uuid.uuid4()
     with connection.cursor() as cursor:
@@ -101,20 +91,22 @@ def submit(
             f"""
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, dedupe_key, created_at, updated_at)
-                VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, COALESCE(%s, now()), '', '', %s, now(), now())
-                ON CONFLICT (dedupe_key) DO NOTHING
+                                   run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by_id,
+                                   created_at, updated_at)
+                VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()), '', '',
+                        %s, %s, %s, now(), now())
+                ON CONFLICT (dedupe_scope, dedupe_key) DO NOTHING
                 RETURNING run_at, created_at, updated_at, queue
             )
             -- Wakes idle workers of this queue when (and only if) the transaction commits.
             SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
             """,
-            (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key),
+            (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter_id),
         )
         row = cursor.fetchone()
     if row is None:
         # Another transaction holds the key: ON CONFLICT waited for it to commit, so it is visible.
-        return Job.objects.get(dedupe_key=dedupe_key), False
+        return Job.objects.get(dedupe_scope=scope, dedupe_key=dedupe_key), False
     # Only what the database decided comes back (its times); the rest is what was just inserted,
     # the payload decoded from the JSON that was stored, as a read of the row would give it.
     stored_run_at, created_at, updated_at, _ = row
@@ -122,9 +114,15 @@ def submit(
         "id": job_id, "kind": kind, "queue": queue, "priority": priority, "payload": json.loads(encoded),
         "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget, "run_at": stored_run_at,
         "lease_token": None, "lease_expires_at": None, "worker_id": "", "last_error": "", "dedupe_key": dedupe_key,
+        "dedupe_scope": scope, "submitted_by_id": submitter_id,
         "created_at": created_at, "updated_at": updated_at, "finished_at": None,
     }
     return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True
+
+
+def dedupe_scope(user: Any) -> str:
+    """The namespace of a dedupe key: "" for code, "user:<pk>" for a submitter."""
+    return "" if user is None else f"user:{user.pk}"
 
 
 def enqueue_many(
@@ -144,21 +142,11 @@ def enqueue_many(
     """
     handler = registry.get(kind)  # UnknownKind if no app registered it
     budget = _budget(handler, max_attempts)
-    if budget < 1:
-        raise InvalidJob("max_attempts must be at least 1.")
-    if run_at is not None and timezone.is_naive(run_at):
-        raise InvalidJob("run_at must be timezone-aware.")
-    if not queue or len(queue) > 100:
-        raise InvalidJob("queue must be a non-empty name of at most 100 characters.")
-    encoded = []
-    for payload in payloads:
-        payload = {} if payload is None else payload
-        if not isinstance(payload, dict):
-            raise InvalidJob("A job's payload must be a JSON object (a dict).")
-        try:
-            encoded.append(json.dumps(payload, allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise InvalidJob(f"The payload is not JSON-serializable: {exc}.") from None
+    rules.max_attempts(budget)
+    rules.queue_name(queue)
+    rules.priority(priority)
+    rules.run_at(run_at)
+    encoded = [rules.payload(payload) for payload in payloads]
     if not encoded:
         return []
     ids = [uuid.uuid4() for _ in encoded]
@@ -168,8 +156,8 @@ def enqueue_many(
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
                                    run_at, worker_id, last_error, created_at, updated_at)
-                SELECT new.id, %s, %s, %s, new.payload::jsonb, 'PENDING', 0, %s, COALESCE(%s, now()), '', '',
-                       now(), now()
+                SELECT new.id, %s, %s, %s, new.payload::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
+                       '', '', now(), now()
                   FROM unnest(%s::uuid[], %s::text[]) AS new(id, payload)
                 RETURNING run_at, queue
             )
@@ -184,11 +172,16 @@ def enqueue_many(
     return ids
 
 
-def replay(job_id: uuid.UUID | str) -> Job:
+REPLAYED = "Replayed: back to PENDING with the same id and effect key."
+CANCELLED = "Cancelled."
+
+
+def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     """Send a DEAD job back to PENDING: same id, same effect key, history kept, a fresh budget.
 
     Attempt numbers keep counting across replays, so the budget grows by the kind's default
-    instead of `attempts` going back to zero.
+    instead of `attempts` going back to zero. With `by` (a user), the change is audited in the
+    same transaction, whichever way in (admin or API) it came.
     """
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
@@ -204,6 +197,8 @@ def replay(job_id: uuid.UUID | str) -> Job:
         )
         _notify(job.queue)
         job.refresh_from_db()
+        if by is not None:
+            audit.record(by, job, REPLAYED)
     return job
 
 
@@ -220,8 +215,8 @@ def _budget_for(kind: str, fallback: int) -> int:
         return max(1, min(fallback, reliableq_settings.MAX_ATTEMPTS))
 
 
-def cancel(job_id: uuid.UUID | str) -> Job:
-    """Withdraw a PENDING job so that no worker ever claims it."""
+def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
+    """Withdraw a PENDING job so that no worker ever claims it (audited when `by` is given)."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.status != JobStatus.PENDING:
@@ -230,6 +225,8 @@ def cancel(job_id: uuid.UUID | str) -> Job:
             status=JobStatus.CANCELLED, finished_at=Now(), updated_at=Now()
         )
         job.refresh_from_db()
+        if by is not None:
+            audit.record(by, job, CANCELLED)
     return job
 
 
@@ -292,6 +289,6 @@ def same_submission(job: Job, request: dict[str, Any]) -> bool:
         return True
     if request.get("max_attempts") is not None and request["max_attempts"] != job.max_attempts:
         return False
-    if request.get("run_at") is not None and request["run_at"] != job.run_at:
-        return False
+    if request.get("run_at") is not None and max(request["run_at"], job.created_at) != job.run_at:
+        return False  # (a run_at in the past was stored as the INSERT's now(), the job's created_at)
     return True

@@ -23,8 +23,11 @@ def oldest_due_age_seconds() -> float:
     return max(0.0, float(age))
 
 
-def queues() -> list[str]:
-    """Distinct queue names by a loose index scan: one index probe per queue, not a table scan."""
+def queues(limit: int | None = None) -> list[str]:
+    """Distinct queue names by a loose index scan: one index probe per queue, not a table scan.
+
+    With `limit`, the first `limit` names in order: the recursion is pulled on demand and stops there.
+    """
     table = Job._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
@@ -35,8 +38,9 @@ def queues() -> list[str]:
                 SELECT (SELECT queue FROM {table} WHERE queue > q.name ORDER BY queue LIMIT 1)
                   FROM q WHERE q.name IS NOT NULL
             )
-            SELECT name FROM q WHERE name IS NOT NULL
-            """
+            SELECT name FROM q WHERE name IS NOT NULL LIMIT %s
+            """,
+            [limit],
         )
         return [row[0] for row in cursor.fetchall()]
 

@@ -1,4 +1,8 @@
-"""Job kinds for the demo and the tests. Each one misbehaves in one named way."""
+"""Job kinds for the demo and the tests. Each one misbehaves in one named way.
+
+Only the kinds that the API tests submit say http=True; the rest (a poison pill among them)
+can be enqueued by code only, which the security tests rely on.
+"""
 
 from __future__ import annotations
 
@@ -11,25 +15,25 @@ import reliableq
 from reliableq.leases import ClaimedJob
 
 
-@reliableq.handler("demo.noop")
+@reliableq.handler("demo.noop", http=True)
 def noop(job: object) -> None:
     """Do nothing: the cost of the queue itself."""
 
 
-@reliableq.handler("test.sleep")
+@reliableq.handler("test.sleep", http=True)
 def sleep(job: ClaimedJob) -> None:
     """Hold a slot for payload['seconds']."""
     time.sleep(float(job.payload.get("seconds", 1)))
 
 
-@reliableq.handler("test.flaky", max_attempts=5)
+@reliableq.handler("test.flaky", max_attempts=5, http=True)
 def flaky(job: ClaimedJob) -> None:
     """Fail transiently on the first payload['failures'] attempts, then succeed."""
     if job.attempt <= int(job.payload.get("failures", 1)):
         raise reliableq.TransientError(f"attempt {job.attempt} failed on purpose")
 
 
-@reliableq.handler("test.always_fails", max_attempts=3)
+@reliableq.handler("test.always_fails", max_attempts=3, http=True)
 def always_fails(job: object) -> None:
     raise RuntimeError("this handler never succeeds")
 
@@ -37,6 +41,12 @@ def always_fails(job: object) -> None:
 @reliableq.handler("test.permanent")
 def permanent(job: object) -> None:
     raise reliableq.PermanentError("the input can never be valid: password=hunter2")
+
+
+@reliableq.handler("test.fail_with", max_attempts=1)
+def fail_with(job: ClaimedJob) -> None:
+    """Fail permanently with payload['message'] (the security tests put secrets in it)."""
+    raise reliableq.PermanentError(str(job.payload.get("message", "failed")))
 
 
 @reliableq.handler("test.poison", max_attempts=3)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from reliableq.conf import DEFAULTS
 
-from . import dburl
+from . import dburl, secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "testproject-insecure-key-only-for-the-demo-and-tests")
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+SECRET_KEY = secret.secret_key(BASE_DIR / ".pgdata" / "secret_key", debug=DEBUG)
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver", "[::1]"]
 
 INSTALLED_APPS = [
@@ -41,6 +41,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",  # X-Frame-Options: DENY
 ]
 
 ROOT_URLCONF = "testproject.urls"
@@ -82,6 +83,11 @@ TASKS = {"default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES":
 if not find_spec("django.tasks") and find_spec("django_tasks"):
     INSTALLED_APPS.append("django_tasks")
 
+REST_FRAMEWORK = {
+    # Submissions per user (reliableq's throttle scope); the benchmarks raise it with the variable.
+    "DEFAULT_THROTTLE_RATES": {"reliableq_submit": os.environ.get("TESTPROJECT_SUBMIT_RATE", "100/s")},
+}
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"
@@ -98,6 +104,12 @@ def _from_env(key: str, default: object) -> object:
 
 
 RELIABLEQ = {key: _from_env(key, default) for key, default in DEFAULTS.items()}
+
+# The charges app's own settings, each overridable from the environment as CHARGES_<KEY>
+# (CHARGES_SERVICE_URL, CHARGES_SERVICE_TOKEN), the way RELIABLEQ_<KEY> works above.
+from charges.conf import DEFAULTS as CHARGES_DEFAULTS  # noqa: E402 - kept with the block it serves
+
+CHARGES = {key: type(default)(os.environ.get(f"CHARGES_{key}", default)) for key, default in CHARGES_DEFAULTS.items()}
 
 LOGGING = {
     "version": 1,

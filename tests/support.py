@@ -74,7 +74,7 @@ class WorkerProcess:
 
 
 def worker_env(db_url: str, **overrides: Any) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELIABLEQ_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELIABLEQ_", "CHARGES_"))}
     env.update(
         DATABASE_URL=db_url,
         PYTHONUNBUFFERED="1",

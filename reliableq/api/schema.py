@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from ..models import JobStatus, Outcome
 from .base import BaseAPIView
-from .serializers import MAX_ATTEMPTS_RANGE, PRIORITY_RANGE
+from .. import rules
 
 PROBLEM = "application/problem+json"
 UUID = {"type": "string", "format": "uuid"}
@@ -35,7 +35,8 @@ def _json(description: str, schema: dict[str, Any], **headers: Any) -> dict[str,
 
 AUTH_ERRORS = {"401": _problem("Not authenticated."), "403": _problem("Missing permission.")}
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-KEY_HEADER = {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 255}}
+KEY_HEADER = {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": rules.MAX_KEY_CHARS},
+              "description": "Scoped to the submitting user."}
 
 SCHEMAS: dict[str, Any] = {
     "Problem": {
@@ -79,8 +80,9 @@ SCHEMAS: dict[str, Any] = {
             "lease_expires_at": NULLABLE_TIME,
             "worker_id": {"type": "string"},
             "last_error": {"type": "string"},
-            "dedupe_key": {"type": "string", "nullable": True},
+            "dedupe_key": {"type": "string", "nullable": True, "description": "The submitter's Idempotency-Key."},
             "effect_key": {"type": "string"},
+            "submitted_by": {"type": "string", "nullable": True, "description": "Who submitted it over HTTP."},
             "created_at": TIME,
             "updated_at": TIME,
             "finished_at": NULLABLE_TIME,
@@ -92,13 +94,16 @@ SCHEMAS: dict[str, Any] = {
         "required": ["kind", "payload"],
         "additionalProperties": False,
         "properties": {
-            "kind": {"type": "string", "maxLength": 200, "description": "A registered handler kind."},
-            "payload": {"type": "object", "additionalProperties": True},
-            "queue": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"},
-            "priority": {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1]},
-            "run_at": {"type": "string", "format": "date-time", "nullable": True},
+            "kind": {"type": "string", "maxLength": rules.MAX_KIND_CHARS,
+                     "description": "A kind whose handler says http=True; Django Tasks kinds never."},
+            "payload": {"type": "object", "additionalProperties": True,
+                        "description": f"At most MAX_PAYLOAD_BYTES as JSON, nested at most {rules.MAX_PAYLOAD_DEPTH} deep."},
+            "queue": {"type": "string", "pattern": rules.QUEUE_PATTERN},
+            "priority": {"type": "integer", "minimum": rules.PRIORITY_RANGE[0], "maximum": rules.PRIORITY_RANGE[1]},
+            "run_at": {"type": "string", "format": "date-time", "nullable": True,
+                       "description": "At most MAX_SCHEDULE_SECONDS ahead; a time in the past means now."},
             "max_attempts": {
-                "type": "integer", "nullable": True, "minimum": MAX_ATTEMPTS_RANGE[0], "maximum": MAX_ATTEMPTS_RANGE[1],
+                "type": "integer", "nullable": True, "minimum": rules.MAX_ATTEMPTS_RANGE[0], "maximum": rules.MAX_ATTEMPTS_RANGE[1],
             },
         },
     },
@@ -160,9 +165,11 @@ PATHS: dict[str, Any] = {
                 "409": _problem("The Idempotency-Key was used with another body."),
                 "413": _problem("Payload over MAX_PAYLOAD_BYTES."),
                 "415": _problem("The body is not JSON."),
+                "429": {**_problem("Too many submissions (throttle scope reliableq_submit)."),
+                        "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}}},
                 "503": _problem("The job could not be stored; nothing was accepted."),
                 "401": AUTH_ERRORS["401"],
-                "403": _problem("CSRF check failed (session authentication)."),
+                "403": _problem("Missing reliableq.submit_job, or the CSRF check failed (session authentication)."),
             },
         },
         "get": {
@@ -171,11 +178,11 @@ PATHS: dict[str, Any] = {
             "parameters": [
                 {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(JobStatus.values)}},
                 {"name": "kind", "in": "query", "schema": {"type": "string", "maxLength": 200}},
-                {"name": "queue", "in": "query", "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"}},
+                {"name": "queue", "in": "query", "schema": {"type": "string", "pattern": rules.QUEUE_PATTERN}},
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "page_size", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
             ],
-            "responses": {"200": _json("A page of jobs.", _ref("JobPage")), "400": _problem("Bad filter."), **AUTH_ERRORS},
+            "responses": {"200": _json("A page of jobs.", _ref("JobPage")), "400": _problem("Bad filter or an unknown query parameter."), **AUTH_ERRORS},
         },
     },
     "/v1/jobs/{id}": {
@@ -228,7 +235,7 @@ PATHS: dict[str, Any] = {
                 "415": _problem("The body is not JSON."),
                 "503": _problem("Unavailable (fault injection only)."),
                 "401": AUTH_ERRORS["401"],
-                "403": _problem("CSRF check failed (session authentication)."),
+                "403": _problem("Missing charges.add_charge, or the CSRF check failed (session authentication)."),
             },
         }
     },

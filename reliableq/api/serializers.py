@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from typing import Any
 
 from django.utils import timezone
 from rest_framework import serializers
 
-from .. import registry
+from .. import registry, rules
+from ..errors import InvalidJob, NotSubmittable
 from ..models import Attempt, Job, JobStatus
+from ..sanitize import without_traceback
+from . import problems
 
-QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-PRIORITY_RANGE = (-1000, 1000)
-MAX_ATTEMPTS_RANGE = (1, 100)
+QUEUE = rules.QUEUE
+PRIORITY_RANGE = rules.PRIORITY_RANGE
+MAX_ATTEMPTS_RANGE = rules.MAX_ATTEMPTS_RANGE
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -43,10 +43,10 @@ class AwareDateTimeField(serializers.DateTimeField):
 
 
 class SubmitSerializer(serializers.Serializer):
-    kind = serializers.CharField(max_length=200)
+    kind = serializers.CharField(max_length=rules.MAX_KIND_CHARS)
     payload = serializers.JSONField()
     queue = serializers.RegexField(QUEUE, required=False, default="default",
-                                   error_messages={"invalid": "Letters, digits and _.:- only, at most 100 characters."})
+                                   error_messages={"invalid": f"The queue must be {rules.QUEUE_HELP}."})
     priority = StrictIntegerField(required=False, default=0, min_value=PRIORITY_RANGE[0], max_value=PRIORITY_RANGE[1])
     run_at = AwareDateTimeField(required=False, allow_null=True, default=None)
     max_attempts = StrictIntegerField(required=False, allow_null=True, default=None,
@@ -62,51 +62,25 @@ class SubmitSerializer(serializers.Serializer):
 
     def validate_kind(self, value: str) -> str:
         try:
-            registry.get(value)
-        except registry.UnknownKind:
-            raise serializers.ValidationError(
-                f"No handler is registered for kind {value!r}. Registered kinds: {', '.join(registry.kinds())}."
-            ) from None
+            registry.for_http(value)
+        except NotSubmittable as exc:
+            raise serializers.ValidationError(str(exc)) from None
         return value
 
     def validate_payload(self, value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("The payload must be a JSON object.")
-        why = unstorable(value)
-        if why:
-            raise serializers.ValidationError(why)
+        try:
+            rules.payload(value)
+        except rules.PayloadTooLarge as exc:
+            raise problems.PayloadTooLarge(str(exc)) from None  # a 413, not a 400
+        except InvalidJob as exc:
+            raise serializers.ValidationError(str(exc)) from None
         return value
 
-
-def unstorable(value: Any) -> str | None:
-    """Why PostgreSQL's jsonb would refuse this parsed JSON value, or None if it can store it.
-
-    Valid JSON that jsonb refuses: the escape \\u0000, a lone surrogate (\\ud800), and numbers
-    too large for a float (1e400 parses as infinity). Refused here, they are a 400; at the
-    INSERT they would be a DataError, answered as a 503 "try again" that can never succeed.
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str):
-            if "\x00" in item:
-                return "Strings in the payload cannot contain the NUL character (\\u0000)."
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "Strings in the payload cannot contain unpaired surrogates (like \\ud800)."
-        elif isinstance(item, float) and not math.isfinite(item):
-            return "Numbers in the payload must be finite (1e400 is not)."
-    return None
-
-
-def payload_size(payload: Any) -> int:
-    return len(json.dumps(payload, separators=(",", ":")).encode())
+    def validate_run_at(self, value: Any) -> Any:
+        try:
+            return rules.run_at(value)
+        except InvalidJob as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -116,24 +90,51 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    """A job with its attempt history: `attempts` is the list, `attempt_count` the number."""
+    """A job with its attempt history: `attempts` is the list, `attempt_count` the number.
+
+    Errors keep their tracebacks only for readers holding reliableq.view_job (operators);
+    anyone else who sees a job (its submitter, through a repeated Idempotency-Key) reads
+    the first lines without the server's stack.
+    """
 
     effect_key = serializers.CharField(read_only=True)
     attempt_count = serializers.IntegerField(source="attempts", read_only=True)
     attempts = AttemptSerializer(source="attempt_set", many=True, read_only=True)
+    submitted_by = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
         fields = [
             "id", "kind", "queue", "priority", "payload", "status", "attempt_count", "max_attempts", "run_at",
-            "lease_expires_at", "worker_id", "last_error", "dedupe_key", "effect_key", "created_at",
+            "lease_expires_at", "worker_id", "last_error", "dedupe_key", "effect_key", "submitted_by", "created_at",
             "updated_at", "finished_at", "attempts",
         ]
 
+    def get_submitted_by(self, job: Job) -> str | None:
+        user = job.submitted_by if job.submitted_by_id is not None else None
+        return None if user is None else user.get_username()
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        request = self.context.get("request")
+        if request is None or not request.user.has_perm("reliableq.view_job"):
+            data["last_error"] = without_traceback(data["last_error"])
+            for attempt in data["attempts"]:
+                attempt["error"] = without_traceback(attempt["error"])
+        return data
+
 
 class FilterSerializer(serializers.Serializer):
+    """The list's query parameters; any other parameter is a 400, never silently ignored."""
+
     status = serializers.ChoiceField(choices=JobStatus.values, required=False)
     kind = serializers.CharField(max_length=200, required=False)
     queue = serializers.RegexField(QUEUE, required=False)
     cursor = serializers.CharField(required=False)
     page_size = serializers.IntegerField(required=False, min_value=1, max_value=500)
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown query parameter."] for name in unknown})
+        return super().to_internal_value(data)

@@ -15,28 +15,22 @@ from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import health, services, stats
-from ..conf import reliableq_settings
+from .. import health, rules, services, stats
+from ..errors import InvalidJob, WrongStatus
 from ..models import Attempt, Job
 from . import problems
-from .base import BaseAPIView
-from .serializers import FilterSerializer, JobSerializer, SubmitSerializer, payload_size
+from .base import BaseAPIView, requires
+from .serializers import FilterSerializer, JobSerializer, SubmitSerializer
+from .throttles import SubmitThrottle
 
 
 def permission(codename: str) -> type[BasePermission]:
-    class HasPermission(BasePermission):
-        message = f"This needs the reliableq.{codename} permission."
-
-        def has_permission(self, request: Request, view: Any) -> bool:
-            return bool(request.user and request.user.has_perm(f"reliableq.{codename}"))
-
-    HasPermission.__name__ = f"Has_{codename}"
-    return HasPermission
+    return requires(f"reliableq.{codename}")
 
 
 def _job_or_404(job_id: str) -> Job:
     try:
-        return Job.objects.prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
+        return Job.objects.prefetch_related("attempt_set").select_related("submitted_by").get(pk=uuid.UUID(job_id))
     except (ValueError, Job.DoesNotExist):
         raise exceptions.NotFound(f"No job {job_id}.") from None
 
@@ -73,56 +67,58 @@ class JobPagination(CursorPagination):
 
 class JobListView(BaseAPIView):
     def get_permissions(self) -> list[BasePermission]:
-        extra = [permission("view_job")()] if self.request.method == "GET" else []
-        return super().get_permissions() + extra
+        needed = "view_job" if self.request.method == "GET" else "submit_job"
+        return super().get_permissions() + [permission(needed)()]
+
+    def get_throttles(self) -> list[Any]:
+        return [SubmitThrottle()] if self.request.method == "POST" else []
 
     def get(self, request: Request) -> Response:
         filters = FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        jobs = Job.objects.prefetch_related("attempt_set")
+        jobs = Job.objects.prefetch_related("attempt_set").select_related("submitted_by")
         for name in ("status", "kind", "queue"):
             if name in filters.validated_data:
                 jobs = jobs.filter(**{name: filters.validated_data[name]})
         paginator = JobPagination()
         page = paginator.paginate_queryset(jobs, request, view=self)
-        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+        return paginator.get_paginated_response(JobSerializer(page, many=True, context={"request": request}).data)
 
     def post(self, request: Request) -> Response:
         body = SubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        limit = int(reliableq_settings.MAX_PAYLOAD_BYTES)
-        size = payload_size(data["payload"])
-        if size > limit:
-            raise problems.PayloadTooLarge(f"The payload is {size} bytes; the limit is {limit} (MAX_PAYLOAD_BYTES).")
         key = request.headers.get("Idempotency-Key") or None
-        if key is not None and len(key) > 255:
-            raise exceptions.ValidationError({"Idempotency-Key": ["At most 255 characters."]})
-        if key is not None and "\x00" in key:
-            # Not storable in a text column: a DataError at the INSERT, answered as a 503.
-            raise exceptions.ValidationError({"Idempotency-Key": ["NUL characters are not allowed."]})
         try:
+            if key is not None:
+                rules.key(key, field="Idempotency-Key")
             # 202 only after this commits: an acknowledged job is a durable job.
             with transaction.atomic():
                 job, created = services.submit(
                     data["kind"], data["payload"], queue=data["queue"], priority=data["priority"],
                     run_at=data["run_at"], max_attempts=data["max_attempts"], dedupe_key=key,
+                    submitted_by=request.user,
                 )
-        except services.InvalidJob as exc:
-            raise exceptions.ValidationError({"non_field_errors": [str(exc)]}) from None
+        except rules.PayloadTooLarge as exc:
+            raise problems.PayloadTooLarge(str(exc)) from None
+        except InvalidJob as exc:
+            raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
         except DatabaseError:
             raise problems.ServiceUnavailable("The job could not be stored; nothing was accepted. Try again.") from None
         if not created and not services.same_submission(job, data):
+            # Keys are scoped per submitter, so the job named here is always the caller's own.
             raise problems.Conflict(
                 f"Idempotency-Key {key!r} was already used for job {job.id} with another body."
             )
         if created:
             # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
             job._prefetched_objects_cache = {"attempt_set": Attempt.objects.none()}
+            job.submitted_by = request.user
         else:
             job = _job_or_404(str(job.id))
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
-        return Response(JobSerializer(job).data, status=code, headers={"Location": f"/v1/jobs/{job.id}"})
+        return Response(JobSerializer(job, context={"request": request}).data, status=code,
+                        headers={"Location": f"/v1/jobs/{job.id}"})
 
 
 class JobDetailView(BaseAPIView):
@@ -130,7 +126,7 @@ class JobDetailView(BaseAPIView):
         return super().get_permissions() + [permission("view_job")()]
 
     def get(self, request: Request, job_id: str) -> Response:
-        return Response(JobSerializer(_job_or_404(job_id)).data)
+        return Response(JobSerializer(_job_or_404(job_id), context={"request": request}).data)
 
 
 class _FateView(BaseAPIView):
@@ -142,33 +138,33 @@ class _FateView(BaseAPIView):
     def get_permissions(self) -> list[BasePermission]:
         return super().get_permissions() + [permission(self.codename)()]
 
-    def act(self, job_id: uuid.UUID) -> Job:
+    def act(self, job_id: uuid.UUID, user: Any) -> Job:
         raise NotImplementedError
 
     def post(self, request: Request, job_id: str) -> Response:
         try:
             pk = uuid.UUID(job_id)
-            self.act(pk)
+            self.act(pk, request.user)
         except (ValueError, Job.DoesNotExist):
             raise exceptions.NotFound(f"No job {job_id}.") from None
-        except services.WrongStatus as exc:
+        except WrongStatus as exc:
             raise problems.Conflict(str(exc)) from None
-        return Response(JobSerializer(_job_or_404(job_id)).data, status=self.success)
+        return Response(JobSerializer(_job_or_404(job_id), context={"request": request}).data, status=self.success)
 
 
 class ReplayView(_FateView):
     codename = "replay_job"
     success = status.HTTP_202_ACCEPTED
 
-    def act(self, job_id: uuid.UUID) -> Job:
-        return services.replay(job_id)
+    def act(self, job_id: uuid.UUID, user: Any) -> Job:
+        return services.replay(job_id, by=user)
 
 
 class CancelView(_FateView):
     codename = "cancel_job"
 
-    def act(self, job_id: uuid.UUID) -> Job:
-        return services.cancel(job_id)
+    def act(self, job_id: uuid.UUID, user: Any) -> Job:
+        return services.cancel(job_id, by=user)
 
 
 class StatsView(BaseAPIView):

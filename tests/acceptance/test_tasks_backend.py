@@ -9,7 +9,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from reliableq.backends import KIND
+from reliableq.backends import KIND, task_kind
 from reliableq.models import Job, JobStatus
 from reliableq.tasks_compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from testproject.tasks import add, async_double, explode, report, which_attempt
@@ -26,7 +26,8 @@ def run_burst(spawn_worker) -> None:
 def test_enqueued_tasks_run_on_a_worker_and_their_results_come_back(spawn_worker):
     result = add.enqueue(2, 3)
     assert result.status == TaskResultStatus.READY and result.backend == "default"
-    assert Job.objects.get(pk=result.id).kind == KIND  # a job like any other: leases, fencing, retries
+    # A job like any other (leases, fencing, retries), of the task's own kind.
+    assert Job.objects.get(pk=result.id).kind == task_kind(add) == f"{KIND}:testproject.tasks.add"
     doubled = async_double.enqueue(21)
     context = which_attempt.enqueue()
     run_burst(spawn_worker)
@@ -88,3 +89,12 @@ def test_the_backend_refuses_what_it_cannot_honour():
         backend.get_result("not-a-uuid")
     with pytest.raises(TypeError):
         add.enqueue(object(), 1)
+
+
+def test_a_job_of_the_older_shared_kind_still_runs_its_registered_task(spawn_worker):
+    """Jobs enqueued before tasks had kinds of their own (kind `django.task`) keep running."""
+    import reliableq
+
+    job = reliableq.enqueue(KIND, {"task": add.module_path, "args": [20, 22], "kwargs": {}, "backend": "default"})
+    run_burst(spawn_worker)
+    assert add.get_result(str(job.id)).return_value == 42

@@ -9,24 +9,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from testproject import processes
+from testproject import accounts, processes
 
-VIEW, REPLAY, CANCEL = "view_job", "replay_job", "cancel_job"
-ALL_PERMS = (VIEW, REPLAY, CANCEL)
+VIEW, REPLAY, CANCEL, SUBMIT = "view_job", "replay_job", "cancel_job", "submit_job"
+PAUSE = "pause_queue"
+ADD_CHARGE, VIEW_CHARGE = "charges.add_charge", "charges.view_charge"
+ALL_PERMS = (VIEW, REPLAY, CANCEL, SUBMIT, PAUSE, ADD_CHARGE, VIEW_CHARGE)
 
 
-def make_user(username: str, *codenames: str, password: str | None = None) -> User:
-    """A user with these reliableq permissions; no password unless asked (hashing one costs ~0.3 s)."""
+def make_user(username: str, *perms: str, password: str | None = None) -> User:
+    """A user with these permissions (a bare codename is reliableq's); no password unless asked (hashing costs ~0.3 s)."""
     user = User.objects.create_user(username, password=password)
-    if codenames:
-        user.user_permissions.add(
-            *Permission.objects.filter(content_type__app_label="reliableq", codename__in=codenames)
-        )
-        assert user.user_permissions.count() == len(codenames)
+    accounts.grant(user, *(perm if "." in perm else f"reliableq.{perm}" for perm in perms))
+    assert user.user_permissions.count() == len(perms)
     return user
 
 

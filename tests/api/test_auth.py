@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from reliableq.models import Job, JobStatus
 
-from .conftest import CANCEL, REPLAY, VIEW, make_user, problem_of, token_client
+from .conftest import ADD_CHARGE, CANCEL, REPLAY, SUBMIT, VIEW, VIEW_CHARGE, make_user, problem_of, token_client
 from .jobs import job_in
 
 pytestmark = pytest.mark.django_db
@@ -72,7 +72,7 @@ def test_token_auth_works_on_reads_and_writes(api):
 
 
 def test_session_auth_works_for_reads_and_for_writes_with_a_csrf_token():
-    user = make_user("browser", VIEW)
+    user = make_user("browser", VIEW, SUBMIT)
     client = APIClient(enforce_csrf_checks=True)
     client.force_login(user)
     token = _get_new_csrf_string()
@@ -86,7 +86,7 @@ def test_session_auth_works_for_reads_and_for_writes_with_a_csrf_token():
 def test_session_write_without_csrf_token_is_403_problem():
     """A logged-in browser session is not enough to write: the CSRF check still applies."""
     client = APIClient(enforce_csrf_checks=True)
-    client.force_login(make_user("browser", VIEW))
+    client.force_login(make_user("browser", VIEW, SUBMIT))
 
     body = problem_of(client.post("/v1/jobs", JOB, format="json"), 403)
     assert "CSRF" in body["detail"]
@@ -101,15 +101,32 @@ def test_session_from_a_password_login_works():
     assert client.get("/v1/stats").status_code == 200
 
 
-def test_authenticated_user_without_any_permission_may_submit_jobs(make_client):
-    response = make_client().post("/v1/jobs", JOB, format="json")
+def test_authenticated_user_without_submit_job_may_not_submit_jobs(make_client):
+    body = problem_of(make_client(VIEW, REPLAY, CANCEL).post("/v1/jobs", JOB, format="json"), 403)
+    assert "reliableq.submit_job" in body["detail"]
+    assert Job.objects.count() == 0
+
+
+def test_submit_job_alone_is_enough_to_submit(make_client):
+    response = make_client(SUBMIT).post("/v1/jobs", JOB, format="json")
     assert response.status_code == 202, response.content
 
 
-def test_authenticated_user_without_any_permission_may_create_charges(make_client):
-    response = make_client().post("/v1/charges", {"amount": 100, "currency": "EUR"}, format="json",
-                                  HTTP_IDEMPOTENCY_KEY="charge-1")
+def test_creating_charges_needs_charges_add_charge(make_client):
+    refused = make_client(VIEW, SUBMIT, REPLAY, CANCEL).post(
+        "/v1/charges", {"amount": 100, "currency": "EUR"}, format="json", HTTP_IDEMPOTENCY_KEY="charge-1")
+    assert "charges.add_charge" in problem_of(refused, 403)["detail"]
+    response = make_client(ADD_CHARGE).post("/v1/charges", {"amount": 100, "currency": "EUR"}, format="json",
+                                            HTTP_IDEMPOTENCY_KEY="charge-1")
     assert response.status_code == 201, response.content
+
+
+def test_reading_a_charge_needs_charges_view_charge(make_client):
+    created = make_client(ADD_CHARGE).post("/v1/charges", {"amount": 100, "currency": "EUR"}, format="json",
+                                           HTTP_IDEMPOTENCY_KEY="charge-2").json()
+    path = f"/v1/charges/{created['id']}"
+    assert "charges.view_charge" in problem_of(make_client(VIEW, ADD_CHARGE).get(path), 403)["detail"]
+    assert make_client(VIEW_CHARGE).get(path).json()["id"] == created["id"]
 
 
 @pytest.mark.parametrize("path", ["/v1/jobs", "/v1/jobs/{id}", "/v1/stats"])

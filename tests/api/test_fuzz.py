@@ -61,14 +61,14 @@ def describe(exc: BaseException) -> str:
 
 
 def served_document(url: str) -> dict[str, Any]:
-    """The served /v1/schema, with `kind` narrowed to the registered kinds.
+    """The served /v1/schema, with `kind` narrowed to the kinds that may be submitted over HTTP.
 
     Any string is a valid `kind` by the schema, so unnarrowed the fuzzer would almost never name
     a registered one and every submission would stop at the 400; narrowed, positive submissions
     reach the 202/200/409 answers and negative ones still send unknown kinds.
     """
     document = requests.get(url + "/v1/schema", timeout=10).json()
-    document["components"]["schemas"]["JobSubmission"]["properties"]["kind"]["enum"] = registry.kinds()
+    document["components"]["schemas"]["JobSubmission"]["properties"]["kind"]["enum"] = registry.http_kinds()
     return document
 
 

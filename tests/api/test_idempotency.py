@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
 import threading
@@ -18,8 +19,10 @@ from reliableq.models import Job, JobStatus, Outcome
 from .conftest import problem_of
 from .jobs import claim_one, finish, fresh_queue
 
+# A run_at within MAX_SCHEDULE_SECONDS (a year), whole seconds so that it compares exactly.
+SOON = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).replace(microsecond=0)
 BODY = {"kind": "demo.noop", "payload": {"order": 17, "lines": [1, 2]}, "queue": "orders", "priority": 2,
-        "max_attempts": 4, "run_at": "2030-01-01T00:00:00Z"}
+        "max_attempts": 4, "run_at": SOON.isoformat()}
 
 
 def submit(client: APIClient, body: dict[str, Any], key: str = "order-17") -> Any:
@@ -78,7 +81,7 @@ def test_same_key_and_same_body_after_the_job_finished_still_answers_200(api):
         {"queue": "other"},
         {"priority": 3},
         {"max_attempts": 5},
-        {"run_at": "2030-01-01T00:00:01Z"},
+        {"run_at": (SOON + dt.timedelta(seconds=1)).isoformat()},
     ],
     ids=lambda change: next(iter(change)),
 )

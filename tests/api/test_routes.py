@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 JOB_FIELDS = {
     "id", "kind", "queue", "priority", "payload", "status", "attempt_count", "max_attempts", "run_at",
-    "lease_expires_at", "worker_id", "last_error", "dedupe_key", "effect_key", "created_at", "updated_at",
+    "lease_expires_at", "worker_id", "last_error", "dedupe_key", "effect_key", "submitted_by", "created_at", "updated_at",
     "finished_at", "attempts",
 }
 
@@ -36,8 +36,10 @@ def parse_time(value: str) -> dt.datetime:
 
 
 def test_submit_answers_202_with_location_and_the_committed_job(api):
+    soon = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).replace(microsecond=0)
     body = {"kind": "demo.noop", "payload": {"user_id": 7, "tags": ["a", "b"]}, "queue": "mail.high",
-            "priority": -5, "max_attempts": 2, "run_at": "2030-01-01T12:00:00+02:00"}
+            "priority": -5, "max_attempts": 2,
+            "run_at": soon.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat()}
     response = api.post("/v1/jobs", body, format="json")
 
     assert response.status_code == 202, response.content
@@ -47,7 +49,7 @@ def test_submit_answers_202_with_location_and_the_committed_job(api):
     assert response["Location"] == f"/v1/jobs/{job['id']}"
     assert job["kind"] == "demo.noop" and job["payload"] == body["payload"]
     assert (job["queue"], job["priority"], job["max_attempts"]) == ("mail.high", -5, 2)
-    assert parse_time(job["run_at"]) == dt.datetime(2030, 1, 1, 10, 0, tzinfo=dt.timezone.utc)
+    assert parse_time(job["run_at"]) == soon
     assert job["status"] == "PENDING" and job["attempt_count"] == 0 and job["attempts"] == []
     assert job["effect_key"] == f"reliableq:demo.noop:{job['id']}"
     assert job["dedupe_key"] is None
@@ -317,7 +319,7 @@ def test_stats_count_by_status_and_kind_with_the_oldest_due_pending_age_and_dead
     with connection.cursor() as cursor:  # now(), the clock stats reads (Django's Now() is statement time)
         cursor.execute("UPDATE reliableq_job SET run_at = now() - interval '120 seconds' WHERE id = %s", [late.id])
     job_in(JobStatus.PENDING, kind="test.flaky")  # due now: age 0
-    job_in(JobStatus.PENDING, run_at=dt.datetime(2999, 1, 1, tzinfo=dt.timezone.utc))  # not due: no age
+    job_in(JobStatus.PENDING, run_at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=300))  # not due: no age
     old_but_running = job_in(JobStatus.RUNNING)
     Job.objects.filter(pk=old_but_running.id).update(run_at=F("run_at") - dt.timedelta(hours=5))
     job_in(JobStatus.DEAD)

@@ -110,6 +110,13 @@ class ChaosRun:
                 " is_active, date_joined) VALUES ('!', false, 'chaos', '', '', '', false, true, now()) RETURNING id"
             ).fetchone()[0]  # type: ignore[index]
             conn.execute("INSERT INTO authtoken_token (key, user_id, created) VALUES (%s, %s, now())", (token[:40], user_id))
+            # The charge job's service account: it may make charges, nothing more.
+            conn.execute(
+                "INSERT INTO auth_user_user_permissions (user_id, permission_id) SELECT %s, p.id"
+                "  FROM auth_permission p JOIN django_content_type ct ON ct.id = p.content_type_id"
+                " WHERE ct.app_label = 'charges' AND p.codename = 'add_charge'",
+                (user_id,),
+            )
             conn.execute("INSERT INTO charges_servicefault (id, delay_seconds, unavailable_rate, no_answer_rate) "
                          "VALUES (1, 0, 0, 0)")
         return token[:40]
@@ -122,8 +129,8 @@ class ChaosRun:
             RELIABLEQ_BACKOFF_MAX_SECONDS="0.5",
             RELIABLEQ_POLL_SECONDS="0.1",
             RELIABLEQ_FAULT_INJECTION="1",
-            RELIABLEQ_CHARGE_SERVICE_URL=self.base_url,
-            RELIABLEQ_CHARGE_SERVICE_TOKEN=self.token,
+            CHARGES_SERVICE_URL=self.base_url,
+            CHARGES_SERVICE_TOKEN=self.token,
             RELIABLEQ_LOG_LEVEL="WARNING",
         )
         for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED"):

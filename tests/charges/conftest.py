@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from testproject import dburl, processes
+from testproject import accounts, dburl, processes
 from tests.support import worker_env
 
 
@@ -29,8 +29,8 @@ class ChargeService:
     def worker_env(self, **overrides: Any) -> dict[str, str]:
         """Env overrides for spawn_worker: this service, its token, and a short lease."""
         env = {
-            "RELIABLEQ_CHARGE_SERVICE_URL": self.url,
-            "RELIABLEQ_CHARGE_SERVICE_TOKEN": self.token,
+            "CHARGES_SERVICE_URL": self.url,
+            "CHARGES_SERVICE_TOKEN": self.token,
             "RELIABLEQ_LEASE_SECONDS": "1",
         }
         env.update({k: str(v) for k, v in overrides.items()})
@@ -39,7 +39,8 @@ class ChargeService:
 
 @pytest.fixture
 def api_user(db: None) -> User:
-    return User.objects.create_user("charges-tester")  # no password: no slow hashing
+    # No password (no slow hashing); what the charge job's service account holds.
+    return accounts.grant(User.objects.create_user("charges-tester"), *accounts.CLIENT_PERMISSIONS)
 
 
 @pytest.fixture

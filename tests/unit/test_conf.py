@@ -57,5 +57,12 @@ def test_contract_keys_have_the_documented_defaults() -> None:
     assert DEFAULTS["BACKOFF_MAX_SECONDS"] == 3600
     assert DEFAULTS["HANDLER_TIMEOUT_SECONDS"] == 60
     assert DEFAULTS["MAX_PAYLOAD_BYTES"] == 65536
-    assert DEFAULTS["CHARGE_SERVICE_URL"] == "http://127.0.0.1:8000"
     assert DEFAULTS["FAULT_INJECTION"] is False
+
+
+def test_the_charge_service_keys_are_not_reliableq_settings() -> None:
+    """reliableq names nothing of the charges app: its keys live in CHARGES (charges.conf)."""
+    assert not {"CHARGE_SERVICE_URL", "CHARGE_SERVICE_TOKEN"} & set(DEFAULTS)
+    with override_settings(RELIABLEQ={"CHARGE_SERVICE_URL": "http://127.0.0.1:8000"}):
+        with pytest.raises(ImproperlyConfigured, match="Unknown RELIABLEQ setting"):
+            reliableq_settings.LEASE_SECONDS

@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rest_framework.authtoken.models import Token
 
 from charges.models import Charge, ChargeRequest
 from reliableq.models import Attempt, Job, JobStatus, Outcome
-from testproject import embedded, processes
+from testproject import accounts, embedded, processes
 
 LOG_DIR = processes.ROOT / ".pgdata" / "demo-logs"
 
@@ -72,8 +70,8 @@ class Command(BaseCommand):
         base = f"http://127.0.0.1:{port}"
         lease = options["lease_seconds"]
         common = dict(
-            RELIABLEQ_CHARGE_SERVICE_URL=base,
-            RELIABLEQ_CHARGE_SERVICE_TOKEN=token,
+            CHARGES_SERVICE_URL=base,
+            CHARGES_SERVICE_TOKEN=token,
             RELIABLEQ_BACKOFF_BASE_SECONDS="0.2",
             RELIABLEQ_BACKOFF_MAX_SECONDS="1",
             RELIABLEQ_POLL_SECONDS="0.2",
@@ -147,10 +145,8 @@ class Command(BaseCommand):
         return ok
 
     def api_token(self) -> str:
-        user, _ = User.objects.get_or_create(username="demo", defaults={"is_staff": True})
-        user.user_permissions.add(*Permission.objects.filter(content_type__app_label="reliableq"))
-        token, _ = Token.objects.get_or_create(user=user)
-        return token.key
+        # Submits the charge jobs and is the charge job's service account: exactly those rights.
+        return accounts.token_for("demo", *accounts.CLIENT_PERMISSIONS, is_staff=True)
 
     def submit(self, base: str, token: str, queue: str, n: int) -> uuid.UUID:
         body = {

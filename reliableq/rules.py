@@ -1,0 +1,150 @@
+"""What a valid job is: one place for every rule, used by enqueue, the API, runworker and the schema.
+
+Each check raises InvalidJob naming the part of the submission that is wrong. The API turns
+that into a 400 (413 for an oversized payload); a Python caller gets it as a ValueError, never
+as a database error at the INSERT.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from typing import Any
+
+from django.utils import timezone
+
+from .conf import reliableq_settings
+from .errors import InvalidJob
+
+QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
+QUEUE = re.compile(QUEUE_PATTERN)
+QUEUE_HELP = "a non-empty name of at most 100 characters: letters, digits and _.:- only"
+PRIORITY_RANGE = (-1000, 1000)  # lower runs first
+MAX_ATTEMPTS_RANGE = (1, 100)
+MAX_KEY_CHARS = 255  # dedupe_key and Idempotency-Key
+MAX_KIND_CHARS = 200
+# Deeper documents are refused: Python's json and the admin's pretty-printer recurse once per
+# level, and nothing a handler needs is nested this deep.
+MAX_PAYLOAD_DEPTH = 64
+
+
+class PayloadTooLarge(InvalidJob):
+    """The payload is over MAX_PAYLOAD_BYTES (the API answers 413)."""
+
+
+def queue_name(value: Any, *, field: str = "queue") -> str:
+    if not isinstance(value, str) or not QUEUE.match(value):
+        raise InvalidJob(f"{field} must be {QUEUE_HELP} (got {value!r}).", field=field)
+    return value
+
+
+def priority(value: Any) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidJob(f"priority must be an integer from {low} to {high}; lower runs first.", field="priority")
+    return value
+
+
+def max_attempts(value: Any) -> int:
+    low, high = MAX_ATTEMPTS_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidJob(f"max_attempts must be at least {low} and at most {high}.", field="max_attempts")
+    return value
+
+
+def key(value: Any, *, field: str = "dedupe_key") -> str:
+    """A dedupe key: a non-empty string of at most 255 characters that a text column can store."""
+    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
+        raise InvalidJob(f"{field} must be a non-empty string of at most {MAX_KEY_CHARS} characters.", field=field)
+    why = _unstorable_text(value)
+    if why:
+        raise InvalidJob(f"{field}: {why}", field=field)
+    return value
+
+
+def run_at(value: Any) -> dt.datetime | None:
+    """An aware time no further ahead than MAX_SCHEDULE_SECONDS; a past time means now (the INSERT clamps it)."""
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        raise InvalidJob("run_at must be a datetime.", field="run_at")
+    if timezone.is_naive(value):
+        raise InvalidJob("run_at must be timezone-aware.", field="run_at")
+    ahead = float(reliableq_settings.MAX_SCHEDULE_SECONDS)
+    # The caller's clock decides only this coarse bound; the stored time itself is compared
+    # with the database's now() at the INSERT.
+    if value > timezone.now() + dt.timedelta(seconds=ahead):
+        raise InvalidJob(
+            f"run_at is more than {ahead:.0f} seconds ({ahead / 86400:.4g} days) ahead, the limit set by "
+            "MAX_SCHEDULE_SECONDS; schedule it closer.",
+            field="run_at",
+        )
+    return value
+
+
+def payload(value: Any) -> str:
+    """Check a payload and return it encoded as the JSON that will be stored."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise InvalidJob("A job's payload must be a JSON object (a dict).", field="payload")
+    try:
+        # Compact and ASCII-only, as jsonb stores it anyway: its length is the payload's size.
+        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)  # NaN and Infinity are not JSON
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"The payload is not JSON-serializable: {exc}.", field="payload") from None
+    except RecursionError:
+        raise InvalidJob(f"The payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep.", field="payload") from None
+    why = unstorable(value)
+    if why:
+        raise InvalidJob(why, field="payload")
+    limit = int(reliableq_settings.MAX_PAYLOAD_BYTES)
+    if len(encoded) > limit:
+        raise PayloadTooLarge(
+            f"The payload is {len(encoded)} bytes; the limit is {limit} (MAX_PAYLOAD_BYTES).", field="payload"
+        )
+    return encoded
+
+
+def unstorable(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this value (or it nests too deep), or None if it can store it.
+
+    Valid JSON that jsonb refuses: the escape \\u0000, a lone surrogate (\\ud800), and numbers
+    too large for a float (1e400 parses as infinity). Iterative, so a deep document cannot
+    exhaust the stack while being checked.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_PAYLOAD_DEPTH:
+                return f"The payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep."
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if not isinstance(k, str):
+                        continue  # json.dumps decides about non-string keys
+                    why = _unstorable_text(k)
+                    if why:
+                        return why
+                    stack.append((v, depth + 1))
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str):
+            why = _unstorable_text(item)
+            if why:
+                return why
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "Numbers in the payload must be finite (NaN, Infinity and 1e400 are not)."
+    return None
+
+
+def _unstorable_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "Strings cannot contain the NUL character (\\u0000)."
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "Strings cannot contain unpaired surrogates (like \\ud800)."
+    return None

@@ -1,0 +1,28 @@
+"""Accounts of the demo, the tests and the benchmarks: a user with exactly the permissions named."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+
+# What the charge job's service account and a submitting client hold in the demo.
+CLIENT_PERMISSIONS = ("reliableq.submit_job", "reliableq.view_job", "charges.add_charge", "charges.view_charge")
+
+
+def grant(user: User, *perms: str) -> User:
+    """Give `user` these "app_label.codename" permissions (an unknown one is an error, not a silent no-op)."""
+    wanted = {tuple(perm.split(".", 1)) for perm in perms}
+    found = [p for p in Permission.objects.select_related("content_type")
+             if (p.content_type.app_label, p.codename) in wanted]
+    if len(found) != len(wanted):
+        missing = wanted - {(p.content_type.app_label, p.codename) for p in found}
+        raise LookupError(f"No such permission(s): {sorted('.'.join(m) for m in missing)}")
+    user.user_permissions.add(*found)
+    return user
+
+
+def token_for(username: str, *perms: str, **fields: object) -> str:
+    """The API token of `username` (made if missing) holding these permissions."""
+    user, _ = User.objects.get_or_create(username=username, defaults=fields)
+    grant(user, *perms)
+    return Token.objects.get_or_create(user=user)[0].key
