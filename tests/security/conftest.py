@@ -51,12 +51,12 @@ class Client:
         return self.request("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key} if key else {})
 
 
-def start_site(tmp_path: Path, db_url: str, **env: str) -> Site:
+def start_site(tmp_path: Path, db_url: str, *, workers: int = 2, **env: str) -> Site:
     port = processes.free_port()
     log = tmp_path / f"gunicorn-{port}.log"
     with log.open("wb") as log_file:
         child = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0", **env)
-        proc = processes.start_api(port, env=child, log=log_file)
+        proc = processes.start_api(port, env=child, log=log_file, workers=workers)
     site = Site(url=f"http://127.0.0.1:{port}", process=proc, log=log)
     processes.wait_http(site.url + "/v1/schema", timeout=30, process=proc)
     return site
