@@ -6,8 +6,22 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from reliableq.admin import register_effect_link
+from reliableq.models import Job
 
 from .models import Charge
+
+
+def charge_link(job: Job) -> str:
+    """On a charge job's page: the charge its effect key made (if any), through the charges list."""
+    url = reverse("admin:charges_charge_changelist")
+    return format_html('<a href="{}?q={}">charges with key {}</a>', url, job.effect_key, job.effect_key)
+
+
+register_effect_link("charge", charge_link)
 
 
 @admin.register(Charge)

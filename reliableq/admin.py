@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -42,6 +43,16 @@ def status_badge(status: str) -> str:
         'font-weight:bold;font-size:11px">{}</span>',
         status.lower(), STATUS_COLOURS.get(status, "#000"), status,
     )
+
+
+# Apps that keep a record of a kind's effect (the bundled charges app, say) register a link to it
+# here, shown on the job's page: register_effect_link("charge", lambda job: format_html(...)).
+EFFECT_LINKS: dict[str, Callable[[Job], str]] = {}
+
+
+def register_effect_link(kind: str, link: Callable[[Job], str]) -> None:
+    """Show link(job) (safe HTML) on the page of every job of `kind`."""
+    EFFECT_LINKS[kind] = link
 
 
 # The most jobs one Replay or Cancel action touches: the confirmation page lists each of them.
@@ -153,7 +164,7 @@ class JobAdmin(admin.ModelAdmin):
     change_form_template = "admin/reliableq/job/change_form.html"
     fields = [
         "id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "lease_token",
-        "lease_expires_at", "worker_id", "submitted_by", "dedupe_key", "effect_key", "charges_link", "last_error",
+        "lease_expires_at", "worker_id", "submitted_by", "dedupe_key", "effect_key", "effect_link", "last_error",
         "payload_pretty", "created_at", "updated_at", "finished_at",
     ]
     readonly_fields = fields
@@ -239,15 +250,10 @@ class JobAdmin(admin.ModelAdmin):
             pass
         return format_html("<pre style=\"margin:0\">{}</pre>", text)
 
-    @admin.display(description="charges")
-    def charges_link(self, job: Job) -> str:
-        if job.kind != "charge":
-            return "-"
-        try:
-            url = reverse("admin:charges_charge_changelist")
-        except Exception:
-            return "-"
-        return format_html('<a href="{}?q={}">charges with key {}</a>', url, job.effect_key, job.effect_key)
+    @admin.display(description="effect")
+    def effect_link(self, job: Job) -> str:
+        link = EFFECT_LINKS.get(job.kind)
+        return link(job) if link is not None else "-"
 
     # -- replay and cancel ----------------------------------------------------------------
 

@@ -105,11 +105,10 @@ def _from_env(key: str, default: object) -> object:
 
 RELIABLEQ = {key: _from_env(key, default) for key, default in DEFAULTS.items()}
 
-# The charges app's own settings, each overridable from the environment as CHARGES_<KEY>
-# (CHARGES_SERVICE_URL, CHARGES_SERVICE_TOKEN), the way RELIABLEQ_<KEY> works above.
-from charges.conf import DEFAULTS as CHARGES_DEFAULTS  # noqa: E402 - kept with the block it serves
-
-CHARGES = {key: type(default)(os.environ.get(f"CHARGES_{key}", default)) for key, default in CHARGES_DEFAULTS.items()}
+# The charges app's own settings, from the environment as CHARGES_<KEY> (CHARGES_SERVICE_URL,
+# CHARGES_SERVICE_TOKEN); a key left unset takes the app's default. (Not read from charges.conf,
+# so that settings_without_charges never imports the app.)
+CHARGES = {key: os.environ[f"CHARGES_{key}"] for key in ("SERVICE_URL", "SERVICE_TOKEN") if f"CHARGES_{key}" in os.environ}
 
 LOGGING = {
     "version": 1,

@@ -1,9 +1,13 @@
-"""The OpenAPI 3 document for every route, jobs and charges, written out rather than inferred."""
+"""The OpenAPI 3 document, written out rather than inferred: ReliableQ's routes, and those of any
+installed app whose AppConfig names a fragment (`reliableq_openapi = "app.schema.fragment"`, a
+callable returning {"paths": ..., "schemas": ...}), as the bundled charges app does."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
+from django.utils.module_loading import import_string
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,22 +22,22 @@ TIME = {"type": "string", "format": "date-time"}
 NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
 
 
-def _ref(name: str) -> dict[str, str]:
+def ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {PROBLEM: {"schema": _ref("Problem")}}}
+def problem_response(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {PROBLEM: {"schema": ref("Problem")}}}
 
 
-def _json(description: str, schema: dict[str, Any], **headers: Any) -> dict[str, Any]:
+def json_response(description: str, schema: dict[str, Any], **headers: Any) -> dict[str, Any]:
     response: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
         response["headers"] = {k: {"schema": {"type": "string"}, "description": v} for k, v in headers.items()}
     return response
 
 
-AUTH_ERRORS = {"401": _problem("Not authenticated."), "403": _problem("Missing permission.")}
+AUTH_ERRORS = {"401": problem_response("Not authenticated."), "403": problem_response("Missing permission.")}
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 KEY_HEADER = {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": rules.MAX_KEY_CHARS},
               "description": "Scoped to the submitting user."}
@@ -86,7 +90,7 @@ SCHEMAS: dict[str, Any] = {
             "created_at": TIME,
             "updated_at": TIME,
             "finished_at": NULLABLE_TIME,
-            "attempts": {"type": "array", "items": _ref("Attempt")},
+            "attempts": {"type": "array", "items": ref("Attempt")},
         },
     },
     "JobSubmission": {
@@ -113,7 +117,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "next": {"type": "string", "nullable": True},
             "previous": {"type": "string", "nullable": True},
-            "results": {"type": "array", "items": _ref("Job")},
+            "results": {"type": "array", "items": ref("Job")},
         },
     },
     "Stats": {
@@ -126,29 +130,6 @@ SCHEMAS: dict[str, Any] = {
             "dead": {"type": "integer", "minimum": 0},
         },
     },
-    "ChargeRequest": {
-        "type": "object",
-        "required": ["amount", "currency"],
-        "additionalProperties": False,
-        "properties": {
-            "amount": {"type": "integer", "minimum": 1, "maximum": 10**12, "description": "Minor units."},
-            "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$"},
-            "description": {"type": "string", "maxLength": 500},
-        },
-    },
-    "Charge": {
-        "type": "object",
-        "required": ["id", "idempotency_key", "amount", "currency", "request_fingerprint", "created_at"],
-        "properties": {
-            "id": UUID,
-            "idempotency_key": {"type": "string"},
-            "amount": {"type": "integer"},
-            "currency": {"type": "string"},
-            "description": {"type": "string"},
-            "request_fingerprint": {"type": "string"},
-            "created_at": TIME,
-        },
-    },
 }
 
 PATHS: dict[str, Any] = {
@@ -157,19 +138,19 @@ PATHS: dict[str, Any] = {
             "operationId": "submitJob",
             "summary": "Submit a job; 202 only once it has committed.",
             "parameters": [KEY_HEADER],
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("JobSubmission")}}},
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref("JobSubmission")}}},
             "responses": {
-                "202": _json("Accepted and committed.", _ref("Job"), Location="/v1/jobs/<id>"),
-                "200": _json("The job this Idempotency-Key already made.", _ref("Job"), Location="/v1/jobs/<id>"),
-                "400": _problem("Invalid body."),
-                "409": _problem("The Idempotency-Key was used with another body."),
-                "413": _problem("Payload over MAX_PAYLOAD_BYTES."),
-                "415": _problem("The body is not JSON."),
-                "429": {**_problem("Too many submissions (throttle scope reliableq_submit)."),
+                "202": json_response("Accepted and committed.", ref("Job"), Location="/v1/jobs/<id>"),
+                "200": json_response("The job this Idempotency-Key already made.", ref("Job"), Location="/v1/jobs/<id>"),
+                "400": problem_response("Invalid body."),
+                "409": problem_response("The Idempotency-Key was used with another body."),
+                "413": problem_response("Payload over MAX_PAYLOAD_BYTES."),
+                "415": problem_response("The body is not JSON."),
+                "429": {**problem_response("Too many submissions (throttle scope reliableq_submit)."),
                         "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}}},
-                "503": _problem("The job could not be stored; nothing was accepted."),
+                "503": problem_response("The job could not be stored; nothing was accepted."),
                 "401": AUTH_ERRORS["401"],
-                "403": _problem("Missing reliableq.submit_job, or the CSRF check failed (session authentication)."),
+                "403": problem_response("Missing reliableq.submit_job, or the CSRF check failed (session authentication)."),
             },
         },
         "get": {
@@ -182,14 +163,14 @@ PATHS: dict[str, Any] = {
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "page_size", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
             ],
-            "responses": {"200": _json("A page of jobs.", _ref("JobPage")), "400": _problem("Bad filter or an unknown query parameter."), **AUTH_ERRORS},
+            "responses": {"200": json_response("A page of jobs.", ref("JobPage")), "400": problem_response("Bad filter or an unknown query parameter."), **AUTH_ERRORS},
         },
     },
     "/v1/jobs/{id}": {
         "get": {
             "operationId": "getJob",
             "parameters": [ID_PARAM],
-            "responses": {"200": _json("The job and its attempts.", _ref("Job")), "404": _problem("No such job."), **AUTH_ERRORS},
+            "responses": {"200": json_response("The job and its attempts.", ref("Job")), "404": problem_response("No such job."), **AUTH_ERRORS},
         }
     },
     "/v1/jobs/{id}/replay": {
@@ -198,9 +179,9 @@ PATHS: dict[str, Any] = {
             "summary": "Send a DEAD job back to PENDING: same id, same effect key, history kept.",
             "parameters": [ID_PARAM],
             "responses": {
-                "202": _json("Replayed.", _ref("Job")),
-                "404": _problem("No such job."),
-                "409": _problem("The job is not DEAD."),
+                "202": json_response("Replayed.", ref("Job")),
+                "404": problem_response("No such job."),
+                "409": problem_response("The job is not DEAD."),
                 **AUTH_ERRORS,
             },
         }
@@ -210,41 +191,15 @@ PATHS: dict[str, Any] = {
             "operationId": "cancelJob",
             "parameters": [ID_PARAM],
             "responses": {
-                "200": _json("Cancelled.", _ref("Job")),
-                "404": _problem("No such job."),
-                "409": _problem("The job is not PENDING."),
+                "200": json_response("Cancelled.", ref("Job")),
+                "404": problem_response("No such job."),
+                "409": problem_response("The job is not PENDING."),
                 **AUTH_ERRORS,
             },
         }
     },
     "/v1/stats": {
-        "get": {"operationId": "stats", "responses": {"200": _json("Queue health.", _ref("Stats")), **AUTH_ERRORS}}
-    },
-    "/v1/charges": {
-        "post": {
-            "operationId": "createCharge",
-            "summary": "Create a charge once per Idempotency-Key.",
-            "parameters": [{**KEY_HEADER, "required": True}],
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ChargeRequest")}}},
-            "responses": {
-                "201": _json("Created.", _ref("Charge"), Location="/v1/charges/<id>"),
-                "200": _json("The original charge for this key and body.", _ref("Charge"), Location="/v1/charges/<id>"),
-                "400": _problem("Missing Idempotency-Key or invalid body."),
-                "409": _problem("The key was used with another body."),
-                "413": _problem("The body is larger than the server accepts."),
-                "415": _problem("The body is not JSON."),
-                "503": _problem("Unavailable (fault injection only)."),
-                "401": AUTH_ERRORS["401"],
-                "403": _problem("Missing charges.add_charge, or the CSRF check failed (session authentication)."),
-            },
-        }
-    },
-    "/v1/charges/{id}": {
-        "get": {
-            "operationId": "getCharge",
-            "parameters": [ID_PARAM],
-            "responses": {"200": _json("The charge.", _ref("Charge")), "404": _problem("No such charge."), **AUTH_ERRORS},
-        }
+        "get": {"operationId": "stats", "responses": {"200": json_response("Queue health.", ref("Stats")), **AUTH_ERRORS}}
     },
     "/v1/ready": {
         "get": {
@@ -252,8 +207,8 @@ PATHS: dict[str, Any] = {
             "summary": "Readiness: the database answers and is migrated. No login needed.",
             "security": [],
             "responses": {
-                "200": _json("Ready.", {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}),
-                "503": _problem("Not ready: the detail says why."),
+                "200": json_response("Ready.", {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}),
+                "503": problem_response("Not ready: the detail says why."),
             },
         }
     },
@@ -278,12 +233,19 @@ PATHS: dict[str, Any] = {
 
 
 def document() -> dict[str, Any]:
+    paths, schemas = dict(PATHS), dict(SCHEMAS)
+    for config in apps.get_app_configs():
+        name = getattr(config, "reliableq_openapi", None)
+        if name:
+            fragment = import_string(name)()
+            paths.update(fragment.get("paths", {}))
+            schemas.update(fragment.get("schemas", {}))
     return {
         "openapi": "3.0.3",
-        "info": {"title": "ReliableQ", "version": "1", "description": "Durable jobs and an idempotent charge service."},
-        "paths": PATHS,
+        "info": {"title": "ReliableQ", "version": "1", "description": "Durable jobs for Django on PostgreSQL."},
+        "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": schemas,
             "securitySchemes": {
                 "token": {"type": "apiKey", "in": "header", "name": "Authorization", "description": "Token <key>"},
                 "session": {"type": "apiKey", "in": "cookie", "name": "sessionid"},

@@ -118,8 +118,8 @@ def test_charge_job_page_links_to_the_charges_admin_filtered_by_its_effect_key(o
 
     page = body(operator_client.get(page_url(job)))
 
-    assert effect_key in text(section(page, "field-effect_key", "field-charges_link"))
-    link = re.search(r'<a href="([^"]+)">charges with key ([^<]+)</a>', section(page, "field-charges_link", "</fieldset>"))
+    assert effect_key in text(section(page, "field-effect_key", "field-effect_link"))
+    link = re.search(r'<a href="([^"]+)">charges with key ([^<]+)</a>', section(page, "field-effect_link", "</fieldset>"))
     assert link, "no charges link on a charge job's page"
     href, label = html.unescape(link.group(1)), link.group(2)
     assert href == f"/admin/charges/charge/?q={effect_key}"
@@ -136,4 +136,4 @@ def test_non_charge_job_page_has_no_charges_link(operator_client: Client) -> Non
 
     page = body(operator_client.get(page_url(job)))
 
-    assert "/admin/charges/charge/" not in section(page, "field-charges_link", "</fieldset>")
+    assert "/admin/charges/charge/" not in section(page, "field-effect_link", "</fieldset>")
