@@ -104,19 +104,42 @@ def test_jobs_without_dedupe_key_are_never_deduplicated() -> None:
         ({"queue": "q" * 101}, InvalidJob, "at most 100 characters"),
         ({"kind": "no.such.kind"}, UnknownKind, "No handler is registered for kind 'no.such.kind'"),
         ({"kind": "no.such.kind", "max_attempts": 3}, UnknownKind, "No handler is registered"),
+        # What PostgreSQL would refuse with a DataError, or a worker could never serve: refused first.
+        ({"payload": {"note": "a\x00b"}}, InvalidJob, "NUL"),
+        ({"payload": {"k\x00": 1}}, InvalidJob, "NUL"),
+        ({"payload": {"s": "\ud800"}}, InvalidJob, "unpaired surrogates"),
+        ({"dedupe_key": "k" * 300}, InvalidJob, "at most 255 characters"),
+        ({"dedupe_key": "a\x00b"}, InvalidJob, "NUL"),
+        ({"queue": "a b"}, InvalidJob, "letters, digits and _.:- only"),
+        ({"priority": 2**31}, InvalidJob, "priority must be an integer from -1000 to 1000"),
+        ({"max_attempts": 101}, InvalidJob, "at most 100"),
+        ({"payload": {"blob": "x" * 70_000}}, InvalidJob, "MAX_PAYLOAD_BYTES"),
+        ({"run_at": dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc)}, InvalidJob, "MAX_SCHEDULE_SECONDS"),
     ],
     ids=[
         "payload-list", "payload-str", "payload-object", "payload-nan", "payload-inf", "naive-run_at",
         "max_attempts-0", "max_attempts-negative", "queue-empty", "queue-long", "unknown-kind",
-        "unknown-kind-with-budget",
+        "unknown-kind-with-budget", "payload-nul", "payload-key-nul", "payload-surrogate", "dedupe_key-long",
+        "dedupe_key-nul", "queue-unservable", "priority-huge", "max_attempts-101", "payload-too-large",
+        "run_at-year-9999",
     ],
 )
 def test_invalid_jobs_are_refused_with_a_clear_error(kwargs: dict, error: type[Exception], message: str) -> None:
     kind = kwargs.pop("kind", "demo.noop")
     payload = kwargs.pop("payload", {})
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as raised:
         enqueue(kind, payload, **kwargs)
+    assert isinstance(raised.value, reliableq.ReliableQError)
     assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_deep_payload_is_refused_as_invalid_not_a_recursion_error() -> None:
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"n": deep}
+    with pytest.raises(InvalidJob, match="nested more than 64 levels"):
+        enqueue("demo.noop", deep)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import rules
 from ...conf import reliableq_settings
 from ...worker import Worker, WorkerConfig
 from ...worker.loop import default_worker_id
-
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-
 
 def positive(value: str) -> float:
     number = float(value)
@@ -54,9 +51,9 @@ class Command(BaseCommand):
         queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
         if not queues:
             raise CommandError("--queues needs at least one queue name.")
-        bad = [q for q in queues if not QUEUE_NAME.match(q)]
+        bad = [q for q in queues if not rules.QUEUE.match(q)]  # the rule enqueue applies: every servable name
         if bad:
-            raise CommandError(f"Invalid queue name(s): {', '.join(bad)}. Use letters, digits and _.:- only.")
+            raise CommandError(f"Invalid queue name(s): {', '.join(bad)}. A queue is {rules.QUEUE_HELP}.")
         lease = options["lease_seconds"]
         lease = float(reliableq_settings.LEASE_SECONDS) if lease is None else lease
         if lease <= 0:
