@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .cron import next_slot
 from .errors import NotSubmittable, UnknownKind
 
 HandlerFunc = Callable[[Any], Any]
@@ -53,9 +54,7 @@ def handler(
     if http and is_task_kind(kind):
         raise ValueError(f"Kind {kind!r} runs Django Tasks, which are never submittable over HTTP.")
     if cron is not None:
-        from .scheduler import next_slot  # a bad expression fails at import of jobs.py, not at 3 a.m.
-
-        next_slot(cron, dt.datetime.now(dt.timezone.utc))
+        next_slot(cron, dt.datetime.now(dt.timezone.utc))  # a bad expression fails at import of jobs.py, not at 3 a.m.
 
     def register(func: HandlerFunc) -> HandlerFunc:
         existing = _handlers.get(kind)

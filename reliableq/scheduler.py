@@ -10,22 +10,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from cronsim import CronSim, CronSimError
 from django.db import connection
 
 from . import registry, services
+from .cron import next_slot
 from .conf import reliableq_settings
 from .models import Job
 
 logger = logging.getLogger("reliableq.scheduler")
-
-
-def next_slot(expression: str, after: dt.datetime) -> dt.datetime:
-    """The first time strictly after `after` that the cron expression fires (UTC)."""
-    try:
-        return next(CronSim(expression, after.astimezone(dt.timezone.utc)))
-    except CronSimError as exc:
-        raise ValueError(f"Invalid cron expression {expression!r}: {exc}") from None
 
 
 def slot_key(kind: str, slot: dt.datetime) -> str:

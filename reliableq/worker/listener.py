@@ -12,28 +12,18 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
+from .. import backoff
 from ..services import CHANNEL
 
 logger = logging.getLogger("reliableq.worker")
 
-# Django-only keys of DATABASES[...]["OPTIONS"] that libpq would reject.
-_NOT_LIBPQ = {"pool", "server_side_binding", "isolation_level", "assume_role", "cursor_factory", "context"}
-
-
-def conninfo(settings_dict: dict[str, Any]) -> str:
-    options = {k: v for k, v in (settings_dict.get("OPTIONS") or {}).items() if k not in _NOT_LIBPQ}
-    params = {
-        "dbname": settings_dict.get("NAME"),
-        "user": settings_dict.get("USER"),
-        "password": settings_dict.get("PASSWORD"),
-        "host": settings_dict.get("HOST"),
-        "port": settings_dict.get("PORT"),
-        "application_name": options.pop("application_name", "reliableq-listener"),
-        **options,
-    }
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v not in (None, "")})
+def connect_kwargs(alias: str = DEFAULT_DB_ALIAS) -> dict[str, Any]:
+    """What Django itself would pass to psycopg.connect for this alias (its OPTIONS, its adapters)."""
+    params: dict[str, Any] = connections[alias].get_connection_params()
+    params.setdefault("application_name", "reliableq-listener")
+    return params
 
 
 class Listener(threading.Thread):
@@ -42,25 +32,26 @@ class Listener(threading.Thread):
         self.queues = set(queues)
         self._wake = wake
         self._halt = threading.Event()
-        self._conninfo = conninfo(connection.settings_dict)
+        self._params = connect_kwargs()
         self.notified = 0
 
     def run(self) -> None:
-        pause = 0.5
+        failures = 0
         while not self._halt.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                with psycopg.connect(**self._params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
-                    pause = 0.5
+                    failures = 0
                     while not self._halt.is_set():
                         for note in conn.notifies(timeout=1.0):
                             if note.payload in self.queues:
                                 self.notified += 1
                                 self._wake()
             except psycopg.Error as exc:
-                logger.warning("listener lost its connection, polling only until it is back: %s", exc)
+                failures += 1
+                pause = backoff.delay(failures, base=0.5, maximum=30.0)
+                logger.warning("listener lost its connection, polling only; reconnecting in %.1fs: %s", pause, exc)
                 self._halt.wait(pause)
-                pause = min(pause * 2, 30.0)
 
     def stop(self) -> None:
         self._halt.set()

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connection
 
-from .. import leases, registry, scheduler, services
+from .. import backoff, leases, registry, scheduler, services
 from ..leases import ClaimedJob, Finish
 from ..models import JobStatus, Outcome
 from ..sanitize import describe
@@ -150,7 +150,8 @@ class Worker:
                     failures = 0
                 except (DatabaseError, InterfaceError) as exc:
                     failures += 1
-                    pause = min(c.poll_seconds * 2 ** min(failures, 5), 30.0)
+                    # Jittered, so that a fleet does not reconnect in step after a database restart.
+                    pause = backoff.delay(failures, base=c.poll_seconds, maximum=30.0)
                     logger.warning("database error, retrying in %.1fs: %s", pause, exc)
                     connection.close()
                     self._wait(pause, pool)
