@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .. import faults, policy, registry
 from ..conf import reliableq_settings
@@ -17,6 +18,7 @@ from ..sanitize import clean, describe
 class Result:
     finish: Finish
     seconds: float
+    value: Any = None  # what the handler returned (stored only for keep_return handlers, via the finish)
 
 
 def timeout_for(kind: str) -> float:
@@ -57,6 +59,7 @@ def run_attempt(job: ClaimedJob) -> Result:
         # Most likely a rolling deploy: another worker may know the kind, so retry.
         error = clean(f"{exc} on worker {job.worker_id}")
         return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
+    value = None
     try:
         value = handler.func(job)
     except PermanentError as exc:
@@ -71,4 +74,4 @@ def run_attempt(job: ClaimedJob) -> Result:
             job_id=job.id, lease_token=job.lease_token, status=decision.status, outcome=decision.outcome,
             keeps_return=handler.keep_return, return_value=value if handler.keep_return else None,
         )
-    return Result(finish=finish, seconds=time.monotonic() - started)
+    return Result(finish=finish, seconds=time.monotonic() - started, value=value)
