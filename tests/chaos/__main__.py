@@ -53,4 +53,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        from testproject import embedded
+
+        embedded.stop_started_here()  # the suite's own server, if this run started it
+    sys.exit(code)
