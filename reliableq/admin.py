@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
@@ -28,7 +29,7 @@ from .admin_paging import CappedCountPaginator
 from .errors import WrongStatus
 from .models import Attempt, Job, JobStatus, QueueDashboard
 
-STATUS_COLOURS = {
+STATUS_COLOURS: dict[str, str] = {
     JobStatus.PENDING: "#205493",
     JobStatus.RUNNING: "#b35900",
     JobStatus.SUCCEEDED: "#2e7d32",
@@ -71,7 +72,8 @@ class _ExactFilter(admin.SimpleListFilter):
         return [(v, v) for v in self.choices_from()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        return queryset.filter(**{self.parameter_name: self.value()}) if self.value() else queryset
+        value = self.value()
+        return queryset.filter(**{str(self.parameter_name): value}) if value else queryset
 
 
 class KindFilter(_ExactFilter):
@@ -118,7 +120,7 @@ class AttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["number"]
-    fields = ["number", "outcome_badge", "worker_id", "lease_token", "started_at", "finished_at", "duration", "error"]
+    fields = ("number", "outcome_badge", "worker_id", "lease_token", "started_at", "finished_at", "duration", "error")
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -162,11 +164,11 @@ class JobAdmin(admin.ModelAdmin):
     actions = ["replay_selected", "cancel_selected"]
     inlines = [AttemptInline]
     change_form_template = "admin/reliableq/job/change_form.html"
-    fields = [
+    fields = (
         "id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "lease_token",
         "lease_expires_at", "worker_id", "submitted_by", "dedupe_key", "effect_key", "effect_link", "last_error",
         "payload_pretty", "created_at", "updated_at", "finished_at",
-    ]
+    )
     readonly_fields = fields
 
     # -- read only ------------------------------------------------------------------------
@@ -297,7 +299,7 @@ class JobAdmin(admin.ModelAdmin):
                 "eligible": eligible,
                 "skipped": skipped,
                 "all_jobs": jobs,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             })
         done = 0
         for job in eligible:

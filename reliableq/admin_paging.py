@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any, cast
 
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 
 CAP = 10_000
 
@@ -18,7 +20,8 @@ class CappedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return self.object_list.order_by()[: CAP + 1].count()
+        queryset = cast("QuerySet[Any]", self.object_list)  # the admin pages querysets
+        return queryset.order_by()[: CAP + 1].count()
 
     @property
     def capped(self) -> bool:

@@ -40,7 +40,7 @@ from .tasks_compat import (
 KIND = registry.TASKS_KIND  # jobs enqueued before tasks had kinds of their own
 # Every Task created for a ReliableQBackend, by module path: what a worker may run.
 _tasks: dict[str, Task] = {}
-STATUSES = {
+STATUSES: dict[str, TaskResultStatus] = {
     JobStatus.PENDING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
@@ -116,7 +116,7 @@ class ReliableQBackend(BaseTaskBackend):
 
 
 def to_result(task: Task, job: Job, attempts: list[Attempt], value: Any) -> TaskResult:
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=str(job.id),
         status=STATUSES[job.status],

@@ -10,18 +10,12 @@ try:
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 except ImportError:  # Django 5.2: pip install django-tasks
-    from django_tasks import task_backends  # type: ignore[no-redef]
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import (  # type: ignore[no-redef]
-        Task,
-        TaskContext,
-        TaskError,
-        TaskResult,
-        TaskResultStatus,
-    )
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef]
-    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
+    from django_tasks import task_backends  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus  # type: ignore[assignment, no-redef, unused-ignore]  # noqa: E501
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.utils import normalize_json  # type: ignore[assignment, no-redef, unused-ignore]
 
 __all__ = [
     "BaseTaskBackend", "Task", "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist",

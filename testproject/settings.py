@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from reliableq.conf import DEFAULTS
 
@@ -94,7 +95,7 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
-def _from_env(key: str, default: object) -> object:
+def _from_env(key: str, default: Any) -> Any:
     raw = os.environ.get(f"RELIABLEQ_{key}")
     if raw is None:
         return default

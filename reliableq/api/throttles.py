@@ -24,4 +24,5 @@ class SubmitThrottle(UserRateThrottle):
     def get_rate(self) -> str | None:
         # Read at request time, not import time, so override_settings and reloads take effect.
         rates = api_settings.DEFAULT_THROTTLE_RATES or {}
-        return rates.get(self.scope, DEFAULT_RATE)
+        rate = rates.get(self.scope, DEFAULT_RATE)
+        return None if rate is None else str(rate)

@@ -57,7 +57,7 @@ class JobPagination(CursorPagination):
             raise invalid from None
         if cursor is not None and cursor.position is not None:
             try:
-                position = parse_datetime(cursor.position)
+                position = parse_datetime(str(cursor.position))
             except ValueError:
                 position = None
             if position is None or timezone.is_naive(position):
@@ -66,9 +66,9 @@ class JobPagination(CursorPagination):
 
 
 class JobListView(BaseAPIView):
-    def get_permissions(self) -> list[BasePermission]:
+    def get_permissions(self) -> list[Any]:
         needed = "view_job" if self.request.method == "GET" else "submit_job"
-        return super().get_permissions() + [permission(needed)()]
+        return [*list(super().get_permissions()), permission(needed)()]
 
     def get_throttles(self) -> list[Any]:
         return [SubmitThrottle()] if self.request.method == "POST" else []
@@ -112,8 +112,8 @@ class JobListView(BaseAPIView):
             )
         if created:
             # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
-            job._prefetched_objects_cache = {"attempt_set": Attempt.objects.none()}
-            job.submitted_by = request.user
+            job._prefetched_objects_cache = {"attempt_set": Attempt.objects.none()}  # type: ignore[attr-defined]
+            job.submitted_by = request.user  # type: ignore[assignment]  # authenticated: a User
         else:
             job = _job_or_404(str(job.id))
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
@@ -122,8 +122,8 @@ class JobListView(BaseAPIView):
 
 
 class JobDetailView(BaseAPIView):
-    def get_permissions(self) -> list[BasePermission]:
-        return super().get_permissions() + [permission("view_job")()]
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission("view_job")()]
 
     def get(self, request: Request, job_id: str) -> Response:
         return Response(JobSerializer(_job_or_404(job_id), context={"request": request}).data)
@@ -133,10 +133,10 @@ class _FateView(BaseAPIView):
     """replay and cancel: a permission, a service call, a 404 or a 409."""
 
     codename = ""
-    success = status.HTTP_200_OK
+    success: int = status.HTTP_200_OK
 
-    def get_permissions(self) -> list[BasePermission]:
-        return super().get_permissions() + [permission(self.codename)()]
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission(self.codename)()]
 
     def act(self, job_id: uuid.UUID, user: Any) -> Job:
         raise NotImplementedError
@@ -168,8 +168,8 @@ class CancelView(_FateView):
 
 
 class StatsView(BaseAPIView):
-    def get_permissions(self) -> list[BasePermission]:
-        return super().get_permissions() + [permission("view_job")()]
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission("view_job")()]
 
     def get(self, request: Request) -> Response:
         return Response(stats.snapshot())
@@ -178,8 +178,8 @@ class StatsView(BaseAPIView):
 class MetricsView(BaseAPIView):
     """Prometheus text format; scrape it with `authorization: {type: Token, credentials: <key>}`."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return super().get_permissions() + [permission("view_job")()]
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission("view_job")()]
 
     def get(self, request: Request) -> HttpResponse:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

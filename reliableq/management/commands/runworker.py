@@ -80,7 +80,7 @@ class Command(BaseCommand):
         logger = logging.getLogger("reliableq")
         if logger.handlers or logging.getLogger().handlers:
             return  # the project configured logging; respect it
-        handler = logging.StreamHandler(self.stderr._out)
+        handler: logging.Handler = logging.StreamHandler(self.stderr._out)  # type: ignore[call-overload]
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity > 0 else logging.WARNING)
