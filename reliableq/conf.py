@@ -18,7 +18,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_SCHEDULE_SECONDS": 365 * 86400.0,  # run_at may be at most this far ahead; a past run_at means now
     "FAULT_INJECTION": False,  # honour RELIABLEQ_CRASH_AT; only tests and the demo turn this on
     "POLL_SECONDS": 1.0,  # how long an idle worker waits before looking for due jobs again
-    "LISTEN_NOTIFY": True,  # wake idle workers on enqueue with LISTEN/NOTIFY; off behind a pooler that drops them
+    "LISTEN_NOTIFY": True,  # wake idle workers on enqueue with LISTEN/NOTIFY (polling stays the safety net)
+    "DATABASE": "default",  # the database alias that holds the queue's tables
+    "LISTEN_DATABASE": None,  # alias for LISTEN: a direct connection, not a transaction pooler; None: DATABASE
     "SCHEDULE_SECONDS": 5.0,  # how often each worker makes sure the next cron slots have their jobs
     "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length
 }

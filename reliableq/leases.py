@@ -155,9 +155,9 @@ def _take_sql(queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kin
                    SET status = 'RUNNING',
                        attempts = j.attempts + 1,
                        lease_token = gen_random_uuid(),
-                       lease_expires_at = now() + make_interval(secs => %s),
+                       lease_expires_at = statement_timestamp() + make_interval(secs => %s),
                        worker_id = %s,
-                       updated_at = now()
+                       updated_at = statement_timestamp()
                   FROM picked
                  WHERE j.id = picked.id
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
@@ -165,7 +165,9 @@ def _take_sql(queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kin
             ),
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
-                SELECT id, attempts, %s, lease_token, now(), 'RUNNING', '' FROM claimed
+                -- statement_timestamp(), not now(): a claim of a capped kind may have waited for the
+                -- kind's lock while another attempt finished; its attempt starts after that wait.
+                SELECT id, attempts, %s, lease_token, statement_timestamp(), 'RUNNING', '' FROM claimed
             )
             SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token
               FROM claimed

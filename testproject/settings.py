@@ -65,6 +65,10 @@ TEMPLATES = [
 
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": dburl.parse(os.environ["DATABASE_URL"])}
+    if os.environ.get("LISTEN_DATABASE_URL"):
+        # A direct connection for LISTEN when DATABASE_URL goes through a pooler
+        # (RELIABLEQ_LISTEN_DATABASE=direct names it).
+        DATABASES["direct"] = dburl.parse(os.environ["LISTEN_DATABASE_URL"])
 else:
     from . import embedded
 
@@ -99,6 +103,8 @@ def _from_env(key: str, default: Any) -> Any:
     raw = os.environ.get(f"RELIABLEQ_{key}")
     if raw is None:
         return default
+    if default is None:
+        return raw
     if isinstance(default, bool):
         return raw.lower() in ("1", "true", "yes", "on")
     return type(default)(raw)

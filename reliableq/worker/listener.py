@@ -1,29 +1,45 @@
 """LISTEN for enqueue notifications so that an idle worker claims at once instead of at its next poll.
 
-Polling stays the safety net: a notification can be lost (a pooler in transaction mode drops
-them, a reconnect misses some), and then the job waits at most one POLL_SECONDS.
+Polling stays the safety net: a notification can be lost (a reconnect misses some), and then the
+job waits at most one POLL_SECONDS. A transaction pooler (PgBouncer in transaction mode) loses
+them all, silently: LISTEN lands on a server connection the pooler hands to someone else. So on
+every (re)connect the listener sends itself a probe through the queue's own database alias, the
+way enqueue's NOTIFY travels; if the probe does not arrive it says so in plain words and stops,
+leaving the worker to poll.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import connections
 
 from .. import backoff
+from ..conf import reliableq_settings
 from ..services import CHANNEL
 
 logger = logging.getLogger("reliableq.worker")
 
-def connect_kwargs(alias: str = DEFAULT_DB_ALIAS) -> dict[str, Any]:
+PROBE_PREFIX = "reliableq-probe:"  # + a random id: it names no queue anyone listens to
+PROBE_SECONDS = 3.0
+
+
+def connect_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     """What Django itself would pass to psycopg.connect for this alias (its OPTIONS, its adapters)."""
     params: dict[str, Any] = connections[alias].get_connection_params()
-    params.setdefault("application_name", "reliableq-listener")
+    params.setdefault("application_name", application_name)
     return params
+
+
+def aliases() -> tuple[str, str]:
+    """(the alias NOTIFY travels through, the alias LISTEN uses)."""
+    database = str(reliableq_settings.DATABASE)
+    return database, str(reliableq_settings.LISTEN_DATABASE or database)
 
 
 class Listener(threading.Thread):
@@ -32,26 +48,61 @@ class Listener(threading.Thread):
         self.queues = set(queues)
         self._wake = wake
         self._halt = threading.Event()
-        self._params = connect_kwargs()
+        notify_alias, listen_alias = aliases()
+        self.listen_alias = listen_alias
+        self._listen = connect_kwargs(listen_alias, "reliableq-listener")
+        self._notify = connect_kwargs(notify_alias, "reliableq-listener-probe")
         self.notified = 0
+        self.hears: bool | None = None  # None until the first probe; False: deaf, polling only
+        self.probed = threading.Event()
 
     def run(self) -> None:
         failures = 0
         while not self._halt.is_set():
             try:
-                with psycopg.connect(**self._params, autocommit=True) as conn:
+                with psycopg.connect(**self._listen, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self.hears = self._probe(conn)
+                    self.probed.set()
+                    if not self.hears:
+                        logger.warning(
+                            "LISTEN on database alias %r does not hear a NOTIFY sent through %r: a transaction "
+                            "pooler (PgBouncer in transaction mode) is probably between them. This worker falls "
+                            "back to polling every POLL_SECONDS; set RELIABLEQ['LISTEN_DATABASE'] to an alias "
+                            "with a direct connection to PostgreSQL for instant wake-ups.",
+                            self.listen_alias, aliases()[0],
+                        )
+                        return
+                    logger.info("listening for enqueue notifications on database alias %r (probe heard)",
+                                self.listen_alias)
                     failures = 0
-                    while not self._halt.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            if note.payload in self.queues:
-                                self.notified += 1
-                                self._wake()
+                    self._serve(conn)
             except psycopg.Error as exc:
                 failures += 1
                 pause = backoff.delay(failures, base=0.5, maximum=30.0)
                 logger.warning("listener lost its connection, polling only; reconnecting in %.1fs: %s", pause, exc)
                 self._halt.wait(pause)
+
+    def _probe(self, conn: psycopg.Connection[Any]) -> bool:
+        """Send a NOTIFY the way enqueue does, and wait for it on this LISTEN connection."""
+        probe = PROBE_PREFIX + uuid.uuid4().hex
+        with psycopg.connect(**self._notify, autocommit=True) as sender:
+            sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, probe])
+        for note in conn.notifies(timeout=PROBE_SECONDS, stop_after=None):
+            if note.payload == probe:
+                return True
+            self._deliver(note.payload)
+        return False
+
+    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+        while not self._halt.is_set():
+            for note in conn.notifies(timeout=1.0):
+                self._deliver(note.payload)
+
+    def _deliver(self, payload: str) -> None:
+        if payload in self.queues:
+            self.notified += 1
+            self._wake()
 
     def stop(self) -> None:
         self._halt.set()

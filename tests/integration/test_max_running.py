@@ -51,3 +51,28 @@ def test_without_caps_the_claim_ignores_max_running() -> None:
     JobFactory.create_batch(4, kind="test.capped")
     jobs, _ = leases.claim(worker_id="w1", queues=["default"], limit=10, lease_seconds=30)
     assert len(jobs) == 4
+
+
+def test_a_claim_that_waited_for_the_cap_starts_its_attempt_after_the_finish_it_waited_for() -> None:
+    """Attempt times are what the in-flight checks read: a claim that queued behind the kind's lock
+    while a job finished must not date its attempt from before that finish (its transaction's start)."""
+    from reliableq.models import Attempt
+
+    from .helpers import lock_waiters, raw_connect
+
+    JobFactory.create_batch(2, kind="test.capped")
+    [first], _ = leases.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1})
+    with raw_connect() as holder:  # another claimer of the kind, holding its lock
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('reliableq:max_running:test.capped'))")
+        waiting = spawn(leases.claim, worker_id="w2", queues=["default"], limit=1, lease_seconds=30,
+                        caps={"test.capped": 1})
+        from tests.support import wait_until
+
+        wait_until(lambda: lock_waiters() >= 1, timeout=30, what="the second claim to wait for the lock")
+        leases.finish([leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED",
+                                     outcome="SUCCEEDED")])
+        holder.commit()
+    [second], _ = waiting.result(timeout=30)
+    ended = Attempt.objects.get(job_id=first.id).finished_at
+    started = Attempt.objects.get(job_id=second.id).started_at
+    assert started >= ended, f"the second attempt is dated {ended - started} before the first one ended"
