@@ -174,6 +174,8 @@ class Summary:
     """Repetitions of one figure: the median is what the report quotes, with the range beside it."""
 
     values: list[float]
+    # What was measured (system, configuration, unit): the report names it when a repetition is an outlier.
+    params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def median(self) -> float:

@@ -17,15 +17,16 @@ import datetime as dt
 import json
 import math
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from . import core
+from . import core, findings, scenarios
+from .core import Summary
 from .profiles import PROFILES
 
-SCENARIOS = ["ingestion", "throughput", "ceilings", "io", "latency", "pileup", "recovery", "amplification"]
+# Importing bench.scenarios registers every scenario; it touches no settings, so this runs before Django is set up.
+SCENARIOS = scenarios.names()
 
 # What was changed in reliableq/ because of what this harness showed (each its own commit, with the
 # before/after figures in its message).
@@ -58,12 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         from dataclasses import replace
 
         profile = replace(profile, peers=False)
-    only = [s.strip() for s in args.only.split(",") if s.strip()] or SCENARIOS
-    unknown = set(only) - set(SCENARIOS)
-    if unknown:
-        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
-    if "ceilings" in only and "throughput" not in only:
-        only = ["throughput", *only]  # the ceilings are stated as fractions of the fleet's rate
+    try:
+        # With what they need: the ceilings, for one, are stated as fractions of the throughput's fleet.
+        only = [spec.name for spec in scenarios.select(s.strip() for s in args.only.split(",") if s.strip())]
+    except ValueError as exc:
+        parser.error(str(exc))
 
     progress = core.Progress()
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -101,18 +101,27 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
     if bench.missing_peers:
         progress.say(f"peers not installed, skipped: {', '.join(bench.missing_peers)} (pip install -e '.[bench]')")
     sections: list[Section] = []
+    measured: list[tuple[str, Summary]] = []  # (scenario, repeated point): checked for outliers at the end
     failed = False
-    for name in SCENARIOS:
-        if name not in only:
-            continue
+    for spec in scenarios.select(only):
+        name = spec.name
         progress.say(f"== {name}")
+        mark = len(bench.measured)
         try:
-            sections.append(getattr(bench, name)())
+            section = Section(name, spec.title)
+            spec.run(bench, section)
+            sections.append(section)
         except Exception as exc:  # one broken scenario must not hide the others' figures
             failed = True
             traceback.print_exc()
             sections.append(Section(name, name, error=f"{type(exc).__name__}: {exc}"))
             progress.say(f"   {name} FAILED: {exc}")
+        finally:  # a failed scenario's completed points are still checked: a stall may be why it failed
+            measured += [(name, summary) for summary in bench.measured[mark:]]
+    review = findings.review(measured)
+    for o in review.outliers:
+        progress.say(f"   outlier: {o.scenario} {o.describe()} rep {o.repetition}: {o.value:,.0f} {o.unit} against "
+                     f"a median of {o.sibling_median:,.0f} for its siblings")
     _attach_throughput_plot(bench, sections)
     wall = progress.elapsed()
     load = core.load_average()
@@ -127,13 +136,17 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
         f"Every figure is the median of {profile.reps} run(s) (range in brackets) and counts only because its "
         "run passed the correctness gate (end of the report). Ratios are side by side, from this one run.",
     ]
+    if profile.reps > 1:
+        header[-1] += (" Each ratio is one of medians; in the targets, its range spans every pair of repetitions. "
+                       "A repetition below half the median of its siblings is listed under Findings.")
     summary = "## Targets\n\n" + _targets_table(targets)
     closing = _closing(bench, targets)
-    text = _report_markdown(header, summary, sections, gate, closing)
+    text = _report_markdown(header, summary, findings.markdown(review), sections, gate, closing)
     (out / "report.md").write_text(text)
     (out / "results.json").write_text(json.dumps(
         {"profile": profile.name, "wall_seconds": wall, "machine": machine, "gate_passed": gate.passed,
          "checks": len(gate.checks), "targets": targets, "sections": {s.key: s.data for s in sections},
+         "findings": [o.to_json() for o in review.outliers],
          "errors": {s.key: s.error for s in sections if s.error}}, indent=1, default=_json_default))
     if args.out is None:
         latest = core.RESULTS / f"latest-{profile.name}"
@@ -149,18 +162,18 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
     return 0 if ok else 1
 
 
-def _report_markdown(header: list[str], summary: str, sections: list[Any], gate: Any, closing: str) -> str:
+def _report_markdown(header: list[str], summary: str, found: str, sections: list[Any], gate: Any,
+                     closing: str) -> str:
     from . import report
 
-    return report.markdown(title="ReliableQ benchmark", header=header, summary=summary, sections=sections,
-                           gate=gate, closing=closing)
+    return report.markdown(title="ReliableQ benchmark", header=header, summary=summary, findings=found,
+                           sections=sections, gate=gate, closing=closing)
 
 
 def _attach_throughput_plot(bench: Any, sections: list[Any]) -> None:
     if "throughput" not in bench.results:
         return
     from . import report
-    from .core import Summary
 
     by_conc, by_proc, peers = bench.results["throughput"]
     ceilings = bench.results.get("ceilings", {"pgbench": Summary([]), "bare": Summary([])})
@@ -174,34 +187,41 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
     r = bench.results
     out: list[dict[str, Any]] = []
 
-    def add(name: str, value: float | None, goal: float, unit: str, higher: bool = True, why: str = "") -> None:
+    def add(name: str, value: float | None, goal: float, unit: str, higher: bool = True, why: str = "",
+            spread: tuple[float, float] | None = None) -> None:
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            out.append({"target": name, "value": None, "goal": goal, "met": None, "by": None, "unit": unit, "why": why})
+            out.append({"target": name, "value": None, "goal": goal, "met": None, "by": None, "unit": unit, "why": why,
+                        "range": None})
             return
         met = value >= goal if higher else value <= goal
         by = 0.0 if met or not goal else (goal - value) / goal if higher else (value - goal) / goal
         out.append({"target": name, "value": value, "goal": goal, "met": met, "by": None if met else by, "unit": unit,
-                    "why": why})
+                    "why": why, "range": spread})
 
     fleet = r.get("fleet")
     fleet_rate = fleet.median if fleet else None
-    add(f"no-op processing with a fleet ({bench.p.fleet[0]} x {bench.p.fleet[1]})", fleet_rate, 1500, "jobs/s")
+    add(f"no-op processing with a fleet ({bench.p.fleet[0]} x {bench.p.fleet[1]})", fleet_rate, 1500, "jobs/s",
+        spread=_spread(fleet) if fleet else None)
     peers = r.get("fleet_peers", {})
     if peers and fleet_rate:
         best_key = max(peers, key=lambda k: peers[k].median)
         add(f"fleet vs the faster peer ({best_key}, same processes x concurrency)",
-            fleet_rate / peers[best_key].median, 5.0, "x")
+            fleet_rate / peers[best_key].median, 5.0, "x", spread=_ratio_spread(fleet, peers[best_key]))
     else:
         add("fleet vs the faster peer", None, 5.0, "x", why="peers not measured")
     ceilings = r.get("ceilings")
     if ceilings and fleet_rate:
-        add("fleet as a fraction of the bare psycopg loop", fleet_rate / ceilings["bare"].median, 0.60, "fraction")
+        add("fleet as a fraction of the bare psycopg loop", fleet_rate / ceilings["bare"].median, 0.60, "fraction",
+            spread=_ratio_spread(fleet, ceilings["bare"]))
         add("fleet as a fraction of pgbench (informative, no target)", fleet_rate / ceilings["pgbench"].median, 0.0,
-            "fraction")
-    add("enqueue, one process, one job per transaction", r.get("enqueue_one"), 1500, "jobs/s")
+            "fraction", spread=_ratio_spread(fleet, ceilings["pgbench"]))
+    enqueue_one = r.get("enqueue_one")
+    add("enqueue, one process, one job per transaction", enqueue_one.median if enqueue_one else None, 1500, "jobs/s",
+        spread=_spread(enqueue_one) if enqueue_one else None)
     if "pileup" in r:
         base, top, level = r["pileup"]
-        add(f"claim throughput at {level:,} finished rows vs an empty table", top / base, 0.80, "fraction")
+        add(f"claim throughput at {level:,} finished rows vs an empty table", top.median / base.median, 0.80,
+            "fraction", spread=_ratio_spread(top, base))
     if "recovery" in r:
         met, worst = r["recovery"]
         excess = max(worst[lease] - lease for lease in worst)
@@ -209,6 +229,18 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
     if "amplification" in r:
         add("retry amplification: worst error against theory", r["amplification"], 0.05, "fraction", higher=False)
     return out
+
+
+def _spread(summary: Summary) -> tuple[float, float] | None:
+    """The range of a median's repetitions (None for one repetition: there is no range to show)."""
+    return (summary.low, summary.high) if len(summary.values) > 1 else None
+
+
+def _ratio_spread(a: Summary, b: Summary) -> tuple[float, float] | None:
+    """The range of a / b over every pair of repetitions: the runs of a and b are not paired."""
+    if (len(a.values) < 2 and len(b.values) < 2) or not a.values or not b.values or b.low <= 0:
+        return None
+    return a.low / b.high, a.high / b.low
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -226,11 +258,17 @@ def _fmt(value: float | None, unit: str) -> str:
 def _targets_table(targets: list[dict[str, Any]]) -> str:
     rows = ["| target | measured | goal | |", "| --- | ---: | ---: | --- |"]
     for t in targets:
-        goal = "-" if t["goal"] == 0.0 else ("≥ " if t["unit"] not in ("s",) and "error" not in t["target"] else "≤ ") + _fmt(t["goal"], t["unit"])
-        state = ("met" if t["met"] else f"**missed** by {100 * t['by']:.0f}%") if t["met"] is not None else t["why"] or "-"
+        at_most = t["unit"] == "s" or "error" in t["target"]
+        goal = "-" if t["goal"] == 0.0 else ("≤ " if at_most else "≥ ") + _fmt(t["goal"], t["unit"])
+        missed = f"**missed** by {100 * t['by']:.0f}%" if t["by"] is not None else ""
+        state = ("met" if t["met"] else missed) if t["met"] is not None else t["why"] or "-"
         if t["goal"] == 0.0:
             state = ""
-        rows.append(f"| {t['target']} | {_fmt(t['value'], t['unit'])} | {goal} | {state} |")
+        measured = _fmt(t["value"], t["unit"])
+        if t["range"]:
+            low, high = (_fmt(x, t["unit"]).removesuffix(" jobs/s") for x in t["range"])
+            measured += f" ({low}–{high})"
+        rows.append(f"| {t['target']} | {measured} | {goal} | {state} |")
     return "\n".join(rows)
 
 

@@ -168,8 +168,10 @@ def plot_amplification(out: Path, data: dict[float, dict[str, float]]) -> str:
     return _save(fig, out, "amplification.png")
 
 
-def markdown(*, title: str, header: list[str], summary: str, sections: list[Any], gate: Any, closing: str) -> str:
-    lines = [f"# {title}", "", *header, "", summary, ""]
+def markdown(*, title: str, header: list[str], summary: str, sections: list[Any], gate: Any, closing: str,
+             findings: str = "") -> str:
+    # Findings (outlying repetitions) come right after the targets: a stall must be seen before any median.
+    lines = [f"# {title}", "", *header, "", summary, ""] + ([findings, ""] if findings else [])
     for s in sections:
         lines += [f"## {s.title}", ""]
         if s.error:

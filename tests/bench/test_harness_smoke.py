@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT / ".pgdata" / "bench-smoke"
 SECTIONS = [
     "## Targets",
+    "## Findings",
     "## Durable ingestion",
     "## Execution throughput",
     "## Ceilings",
@@ -58,6 +59,7 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     assert positions == sorted(positions)
     assert "all passed" in report
     assert "This scenario failed" not in report
+    assert "measured once in this profile" in report  # smoke runs each point once: no outlier can be judged
     for plot in PLOTS:
         png = out / plot
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
@@ -67,4 +69,5 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     assert results["gate_passed"] is True
     assert results["checks"] > 50
     assert not results["errors"]
+    assert results["findings"] == []
     assert results["machine"]["synchronous_commit"] == "on"

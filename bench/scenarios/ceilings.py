@@ -1,0 +1,116 @@
+"""Ceilings: the worker's own SQL through pgbench (PostgreSQL's limit) and a bare psycopg loop (Python's)."""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import partial
+from pathlib import Path
+
+from django.db import connection
+
+from .. import ceilings as ceiling_sql  # capture the worker's statements, write and run the pgbench script
+from ..core import Procs, Summary, ratio
+from ..systems import QUEUE
+from .context import Bench
+from .helpers import Section, env, fmt_pct, table
+from .registry import scenario
+
+
+@scenario("ceilings", title="Ceilings: PostgreSQL's own limit and bare Python's",
+          knobs=("reps", "seconds", "min_jobs", "fleet"), needs=("throughput",))  # stated as fractions of the fleet
+def ceilings(bench: Bench, s: Section) -> None:
+    fp, fc = bench.p.fleet
+    s.intro = (f"The same claim and finish statements that the worker sends (captured from `reliableq.leases` at "
+               f"run time), with the fleet's {fp} client(s) and batches of {fc} (the worker's concurrency, the "
+               "largest claim it makes), in the same transactions: the claim as one autocommit statement "
+               "(the worker's periodic rescue, once per POLL_SECONDS, is left out), the finish in BEGIN ... "
+               "COMMIT. pgbench: both in a script, `-M prepared`, the batch's ids passed with `\\gset`. Bare "
+               "loop: one Python process per client, psycopg only (no Django, threads or handlers), claim "
+               "then finish.")
+    bench.rq.reset()
+    spec = ceiling_sql.capture(QUEUE)
+    statements = ceiling_sql.write_statements(spec, bench.out / "statements.json")
+    script = bench.out / "cycle.pgbench.sql"
+    script.write_text(ceiling_sql.pgbench_script(spec, fc, bench.database_url))
+    pg = _pgbench(bench, script)
+    bare = _bare(bench, statements)
+    fleet = bench.results["fleet"]
+
+    def cycle_ms(rate: float) -> str:
+        # Per connection: one claim of a full batch plus its finish, at this rate.
+        return f"{1000 * fp * fc / rate:.2f}" if rate and not math.isnan(rate) else "n/a"
+
+    def cycle_ms_range(rates: Summary) -> str:
+        # The fastest repetition has the shortest cycle, so the range runs from high to low.
+        if len(rates.values) < 2:
+            return cycle_ms(rates.median)
+        return f"{cycle_ms(rates.median)} ({cycle_ms(rates.high)}–{cycle_ms(rates.low)})"
+
+    rows = [
+        ["pgbench (PostgreSQL's limit for this SQL)", pg.text(), cycle_ms_range(pg),
+         fmt_pct(ratio(fleet.median, pg.median))],
+        ["bare psycopg loop (Python's limit)", bare.text(), cycle_ms_range(bare),
+         fmt_pct(ratio(fleet.median, bare.median))],
+        [f"ReliableQ fleet {fp} x {fc}", fleet.text(), cycle_ms_range(fleet), "100%"],
+    ]
+    s.tables.append(table(["ceiling", "jobs/s", f"ms per {fc}-job cycle per connection",
+                           "ReliableQ as a fraction"], rows))
+    s.notes.append(f"Per cycle and connection: pgbench {cycle_ms(pg.median)} ms, the bare loop "
+                   f"{cycle_ms(bare.median)} ms, the ReliableQ worker {cycle_ms(fleet.median)} ms, for four round "
+                   "trips each (the claim; BEGIN, the fenced finish, COMMIT). What the worker adds to the bare loop "
+                   "is Django's cursor layer, the hand-offs to and from its handler threads and one INFO log line "
+                   "per claim and per success; what the bare loop adds to pgbench is Python and psycopg (client-side "
+                   "binding, decoding rows). A fraction near or above 100% means the fleet is bound by the same "
+                   "round trips as the ceiling, within run-to-run noise (see the ranges).")
+    s.notes.append(f"The pgbench script is `{script.name}` and the captured statements `{statements.name}` in this "
+                   "folder. The ceilings always claim full batches; the worker claims into the slots that are "
+                   "free, which is what it must do.")
+    bench.results["ceilings"] = {"pgbench": pg, "bare": bare}
+    s.data = {"pgbench": pg.to_json(), "bare": bare.to_json()}
+
+
+def _pgbench(bench: Bench, script: Path) -> Summary:
+    """pgbench runs the captured claim and finish with the fleet's clients, until every loaded job is done."""
+    fp, fc = bench.p.fleet
+    socket_dir = connection.settings_dict["HOST"]
+    pg = bench.repetitions(ceiling="pgbench", clients=fp, batch=fc)
+    guess = bench.rates.get("ceiling:pgbench", 4000)
+    for rep in range(bench.p.reps):
+        n = bench.size("ceiling:pgbench", guess)
+        per_client = math.ceil(n / (fc * fp))
+        run = f"ceiling pgbench {fp} clients batch {fc} rep {rep + 1}"
+        drive = partial(ceiling_sql.run_pgbench, script, clients=fp, transactions=per_client + 5, socket_dir=socket_dir,
+                        database=connection.settings_dict["NAME"], log=bench.logs / f"pgbench-{rep}.log")
+        rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=drive)
+        bench.rates["ceiling:pgbench"] = rate
+        pg.values.append(rate)
+        bench.say(f"  {run}: {rate:,.0f} jobs/s")
+    return pg
+
+
+def _bare(bench: Bench, statements: Path) -> Summary:
+    """One bare psycopg process per fleet process, claim then finish, until every loaded job is done."""
+    fp, fc = bench.p.fleet
+    bare = bench.repetitions(ceiling="bare psycopg", processes=fp, batch=fc)
+    for rep in range(bench.p.reps):
+        n = bench.size("ceiling:bare", bench.rates.get("ceiling:bare", 2500))
+        run = f"ceiling bare psycopg {fp} processes batch {fc} rep {rep + 1}"
+        rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=partial(_run_bare, bench, statements, rep))
+        bench.rates["ceiling:bare"] = rate
+        bare.values.append(rate)
+        bench.say(f"  {run}: {rate:,.0f} jobs/s")
+    return bare
+
+
+def _run_bare(bench: Bench, statements: Path, rep: int) -> None:
+    fp, fc = bench.p.fleet
+    start_at = time.time() + 1.0  # all processes connected before the first claim
+    with Procs(bench.logs) as procs:
+        for i in range(fp):
+            argv = ceiling_sql.bare_argv(statements, batch=fc, worker_id=f"bare-{i}", start_at=start_at)
+            procs.spawn(f"bare-{rep}-{i}", argv, env=env())
+        for proc in procs.started:
+            proc.wait(timeout=600)
+            if proc.returncode:
+                raise RuntimeError(f"bench.bare exited {proc.returncode}; see {bench.logs}")
