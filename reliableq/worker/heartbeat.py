@@ -7,9 +7,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError
 
-from .. import leases
+from .store import DatabaseStore, Store
 
 logger = logging.getLogger("reliableq.worker")
 
@@ -21,8 +21,10 @@ class Heartbeat(threading.Thread):
         held: Callable[[], dict[uuid.UUID, uuid.UUID]],
         on_lost: Callable[[list[tuple[uuid.UUID, uuid.UUID]]], None],
         lease_seconds: float,
+        store: Store | None = None,
     ) -> None:
         super().__init__(name="reliableq-heartbeat", daemon=True)
+        self._store: Store = store if store is not None else DatabaseStore()
         self._held = held
         self._on_lost = on_lost
         self.lease_seconds = lease_seconds
@@ -32,18 +34,18 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         while not self._halt.wait(self.interval):
             self.beat()
-        connection.close()
+        self._store.reset()
 
     def beat(self) -> None:
         held = self._held()
         if not held:
             return
         try:
-            renewed = leases.renew(held.items(), lease_seconds=self.lease_seconds)
+            renewed = self._store.renew(held.items(), lease_seconds=self.lease_seconds)
         except (DatabaseError, InterfaceError) as exc:
             # The lease runs on; the next beat tries again on a fresh connection.
             logger.warning("heartbeat failed, %s lease(s) not renewed: %s", len(held), exc)
-            connection.close()
+            self._store.reset()
             return
         now_held = self._held()
         # Not renewed and still held under the same token: a finish may have raced this beat,
@@ -52,10 +54,10 @@ class Heartbeat(threading.Thread):
         if not gone:
             return
         try:
-            lost = leases.mark_lost(gone, reason="lease lost: found by heartbeat, another owner has the job")
+            lost = self._store.mark_lost(gone, reason="lease lost: found by heartbeat, another owner has the job")
         except (DatabaseError, InterfaceError) as exc:
             logger.warning("could not check %s unrenewed lease(s): %s", len(gone), exc)
-            connection.close()
+            self._store.reset()
             return
         taken = [(job_id, token) for job_id, token in gone if job_id in lost]
         if taken:

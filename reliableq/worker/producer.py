@@ -1,0 +1,62 @@
+"""The producer: claims due jobs into free slots, never more, and hands each to the pool."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+from ..leases import ClaimedJob
+from . import executor
+from .ledger import Ledger
+from .pool import Pool
+from .store import Store
+
+logger = logging.getLogger("reliableq.worker")
+
+
+class Producer:
+    def __init__(
+        self, store: Store, ledger: Ledger, pool: Pool, *, worker_id: str, queues: Sequence[str],
+        lease_seconds: float, caps: Mapping[str, int],
+    ) -> None:
+        self._store = store
+        self._ledger = ledger
+        self._pool = pool
+        self.worker_id = worker_id
+        self.queues = tuple(queues)
+        self.lease_seconds = lease_seconds
+        self.caps = dict(caps)  # kinds with a fleet-wide max_running
+        self._uncertain = False  # a claim failed: it may have committed anyway
+        self.claimed = 0
+
+    def produce(self, *, rescue: bool) -> bool:
+        """Claim into every free slot and start the handlers; True when fewer jobs were due than slots."""
+        free = self._pool.free
+        if free <= 0:
+            return False
+        if self._uncertain:
+            # The last claim's COMMIT went unacknowledged: the jobs it may have taken are RUNNING
+            # under our worker id with tokens we never received. Put them back now.
+            for job_id in self._store.release_unacknowledged(worker_id=self.worker_id, known=self._ledger.tokens()):
+                logger.warning("job=%s claimed by a commit that was never acknowledged; released", job_id)
+        # Until the claim returns, its commit may have happened without us hearing of it.
+        self._uncertain = True
+        jobs, _ = self._store.claim(
+            worker_id=self.worker_id, queues=self.queues, limit=free, lease_seconds=self.lease_seconds,
+            caps=self.caps, rescue=rescue,
+        )
+        self._uncertain = False
+        self._start(jobs)
+        return len(jobs) < free
+
+    def _start(self, jobs: list[ClaimedJob]) -> None:
+        now = time.monotonic()
+        for job in jobs:
+            logger.info(
+                "job=%s kind=%s attempt=%s/%s token=%s claimed", job.id, job.kind, job.attempt, job.max_attempts,
+                job.lease_token,
+            )
+            self._ledger.add(job, deadline=now + executor.timeout_for(job.kind))
+            self._pool.submit(job)
+        self.claimed += len(jobs)

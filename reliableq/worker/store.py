@@ -1,0 +1,73 @@
+"""What the worker asks of the database, as one narrow interface.
+
+The loop and its parts hold no SQL: they call a Store. DatabaseStore is the real one (each call
+is one function of reliableq.leases, services or scheduler, on the calling thread's connection);
+tests of the loop's own logic (slots, timeouts, linger, shutdown) pass an in-memory Store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from django.db import connection
+
+from .. import leases, scheduler, services
+from ..leases import ClaimedJob, Finish, FinishResult, Rescued
+
+Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
+
+
+class Store(Protocol):
+    def claim(
+        self, *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float,
+        caps: Mapping[str, int], rescue: bool,
+    ) -> tuple[list[ClaimedJob], list[Rescued]]: ...
+
+    def finish(self, finishes: Sequence[Finish]) -> FinishResult: ...
+
+    def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> set[uuid.UUID]: ...
+
+    def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]: ...
+
+    def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]: ...
+
+    def has_work(self, queues: Sequence[str]) -> bool: ...
+
+    def schedule_cron(self) -> None: ...
+
+    def reset(self) -> None:
+        """Drop this thread's connection after an error; the next call opens a fresh one."""
+
+
+class DatabaseStore:
+    """The Store on PostgreSQL, through Django's connection of the calling thread."""
+
+    def claim(
+        self, *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float,
+        caps: Mapping[str, int], rescue: bool,
+    ) -> tuple[list[ClaimedJob], list[Rescued]]:
+        return leases.claim(worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds,
+                            caps=caps, rescue=rescue)
+
+    def finish(self, finishes: Sequence[Finish]) -> FinishResult:
+        return leases.finish(finishes)
+
+    def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> set[uuid.UUID]:
+        return leases.renew(held, lease_seconds=lease_seconds)
+
+    def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]:
+        return leases.mark_lost(held, reason=reason)
+
+    def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+        return leases.release_unacknowledged(worker_id=worker_id, known=known)
+
+    def has_work(self, queues: Sequence[str]) -> bool:
+        return services.has_work(queues)
+
+    def schedule_cron(self) -> None:
+        scheduler.schedule_next()
+
+    def reset(self) -> None:
+        connection.close()

@@ -1,0 +1,219 @@
+"""The worker's own logic, in-process, on an in-memory Store: slots, timeouts, fencing of late
+results, unacknowledged claims, burst and shutdown. No database: the Store is the seam.
+
+(The same behaviours are shown end to end, with real processes and signals, in tests/acceptance.)
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+
+import reliableq
+from reliableq.leases import ClaimedJob, Finish, FinishResult, Rescued
+from reliableq.worker import Worker, WorkerConfig
+from tests.support import wait_until
+
+GATE = threading.Event()  # handlers of fake.gated wait for it
+SLOW = threading.Event()
+
+
+@reliableq.handler("fake.gated")
+def gated(job: Any) -> None:
+    assert GATE.wait(30), "the test never opened the gate"
+
+
+@reliableq.handler("fake.quick")
+def quick(job: Any) -> None:
+    return None
+
+
+@reliableq.handler("fake.stuck", timeout=0.2, max_attempts=1)
+def stuck(job: Any) -> None:
+    assert SLOW.wait(30), "the test never released the stuck handler"
+
+
+@dataclass
+class Row:
+    kind: str
+    status: str = "PENDING"
+    attempts: int = 0
+    token: uuid.UUID | None = None
+
+
+@dataclass
+class FakeStore:
+    """The Store's contract in memory: claims mark rows RUNNING under a new token; finish is fenced by it."""
+
+    rows: dict[uuid.UUID, Row] = field(default_factory=dict)
+    limits: list[int] = field(default_factory=list)
+    finishes: list[Finish] = field(default_factory=list)
+    released: list[uuid.UUID] = field(default_factory=list)
+    fail_next_claim_after_commit: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind: str, n: int = 1) -> list[uuid.UUID]:
+        ids = [uuid.uuid4() for _ in range(n)]
+        for job_id in ids:
+            self.rows[job_id] = Row(kind=kind)
+        return ids
+
+    def claim(self, *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float,
+              caps: Mapping[str, int], rescue: bool) -> tuple[list[ClaimedJob], list[Rescued]]:
+        with self.lock:
+            self.limits.append(limit)
+            taken = []
+            for job_id, row in self.rows.items():
+                if len(taken) == limit:
+                    break
+                if row.status == "PENDING":
+                    row.status, row.attempts, row.token = "RUNNING", row.attempts + 1, uuid.uuid4()
+                    taken.append(ClaimedJob(id=job_id, kind=row.kind, queue="default", priority=0, payload={},
+                                            attempt=row.attempts, max_attempts=1, lease_token=row.token,
+                                            worker_id=worker_id))
+            if self.fail_next_claim_after_commit and taken:
+                self.fail_next_claim_after_commit = False
+                raise OperationalError("the connection dropped during COMMIT")  # committed, unheard
+            return taken, []
+
+    def finish(self, finishes: Sequence[Finish]) -> FinishResult:
+        with self.lock:
+            result = FinishResult()
+            for f in finishes:
+                self.finishes.append(f)
+                row = self.rows[f.job_id]
+                if row.status == "RUNNING" and row.token == f.lease_token:
+                    row.status, row.token = f.status, None
+                    result.finalized.append(f.job_id)
+                else:
+                    result.lost.append(f.job_id)
+            return result
+
+    def renew(self, held: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> set[uuid.UUID]:
+        with self.lock:
+            return {job_id for job_id, token in held if self.rows[job_id].token == token}
+
+    def mark_lost(self, held: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:
+        return set()
+
+    def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+        with self.lock:
+            known = set(known)
+            orphans = [job_id for job_id, row in self.rows.items() if row.status == "RUNNING" and row.token not in known]
+            for job_id in orphans:
+                self.rows[job_id].status, self.rows[job_id].token = "PENDING", None
+            self.released += orphans
+            return orphans
+
+    def has_work(self, queues: Sequence[str]) -> bool:
+        with self.lock:
+            return any(row.status in ("PENDING", "RUNNING") for row in self.rows.values())
+
+    def schedule_cron(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+def start(store: FakeStore, **config: Any) -> tuple[Worker, threading.Thread, dict[str, int]]:
+    options = {"concurrency": 3, "poll_seconds": 0.02, "listen": False, "lease_seconds": 30, "grace_seconds": 5}
+    worker = Worker(WorkerConfig(**{**options, **config}), store=store)
+    outcome: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("code", worker.run(install_signals=False)),
+                              daemon=True)
+    thread.start()
+    return worker, thread, outcome
+
+
+@pytest.fixture(autouse=True)
+def gates():
+    GATE.clear()
+    SLOW.clear()
+    yield
+    GATE.set()
+    SLOW.set()
+
+
+def test_claims_are_sized_to_free_slots_and_never_exceed_the_concurrency():
+    store = FakeStore()
+    store.add("fake.gated", 7)
+    worker, thread, outcome = start(store, concurrency=3)
+    wait_until(lambda: sum(r.status == "RUNNING" for r in store.rows.values()) == 3, timeout=10,
+               what="three jobs running")
+    assert max(store.limits) == 3 and sum(r.status == "RUNNING" for r in store.rows.values()) == 3
+    GATE.set()
+    wait_until(lambda: all(r.status == "SUCCEEDED" for r in store.rows.values()), timeout=10, what="every job done")
+    worker.request_stop()
+    thread.join(10)
+    assert outcome == {"code": 0}
+    assert all(limit <= 3 for limit in store.limits)
+    assert worker.claimed == worker.finished == 7
+
+
+def test_a_stuck_handler_is_timed_out_keeps_its_slot_and_its_late_result_is_refused():
+    store = FakeStore()
+    [job_id] = store.add("fake.stuck")
+    worker, thread, _ = start(store, concurrency=1)
+    wait_until(lambda: any(f.outcome == "TIMED_OUT" for f in store.finishes), timeout=10, what="the timeout")
+    assert store.rows[job_id].status == "DEAD"  # max_attempts=1: the timeout buries it
+    [other] = store.add("fake.quick")
+    assert store.rows[other].status == "PENDING", "the stuck handler still holds the only slot"
+    SLOW.set()
+    wait_until(lambda: store.rows[other].status == "SUCCEEDED", timeout=10, what="the slot to come back")
+    late = [f for f in store.finishes if f.job_id == job_id and f.outcome == "SUCCEEDED"]
+    assert len(late) == 1, "the late result went through the fence"
+    assert store.rows[job_id].status == "DEAD", "and the fence refused it"
+    worker.request_stop()
+    thread.join(10)
+
+
+def test_a_claim_whose_commit_went_unheard_is_released_before_the_next_claim():
+    store = FakeStore(fail_next_claim_after_commit=True)
+    ids = store.add("fake.quick", 2)
+    worker, thread, _ = start(store, concurrency=2)
+    wait_until(lambda: all(store.rows[i].status == "SUCCEEDED" for i in ids), timeout=10, what="both jobs done")
+    assert sorted(store.released) == sorted(ids)
+    assert [store.rows[i].attempts for i in ids] == [2, 2]  # the unheard claim counted
+    worker.request_stop()
+    thread.join(10)
+
+
+def test_burst_exits_0_once_nothing_is_due_or_running():
+    store = FakeStore()
+    store.add("fake.quick", 5)
+    worker, thread, outcome = start(store, burst=True)
+    thread.join(10)
+    assert outcome == {"code": 0}
+    assert all(r.status == "SUCCEEDED" for r in store.rows.values())
+
+
+def test_a_stop_request_claims_nothing_more_and_waits_for_running_handlers():
+    store = FakeStore()
+    store.add("fake.gated", 4)
+    worker, thread, outcome = start(store, concurrency=2)
+    wait_until(lambda: sum(r.status == "RUNNING" for r in store.rows.values()) == 2, timeout=10,
+               what="two jobs running")
+    worker.request_stop()
+    GATE.set()
+    thread.join(10)
+    assert outcome == {"code": 0}
+    assert sorted(r.status for r in store.rows.values()) == ["PENDING", "PENDING", "SUCCEEDED", "SUCCEEDED"]
+
+
+def test_when_the_grace_period_runs_out_the_worker_exits_leaving_its_leases_to_expire():
+    store = FakeStore()
+    [job_id] = store.add("fake.gated")
+    worker, thread, outcome = start(store, concurrency=1, grace_seconds=0.2)
+    wait_until(lambda: store.rows[job_id].status == "RUNNING", timeout=10, what="the job running")
+    worker.request_stop()
+    thread.join(10)
+    assert outcome == {"code": 0}
+    assert store.rows[job_id].status == "RUNNING", "never marked finished: its lease will expire"
+    assert not [f for f in store.finishes if f.job_id == job_id]
