@@ -64,7 +64,7 @@ class DatabaseStore:
         return leases.release_unacknowledged(worker_id=worker_id, known=known)
 
     def has_work(self, queues: Sequence[str]) -> bool:
-        return services.has_work(queues)
+        return services.has_work(tuple(queues))
 
     def schedule_cron(self) -> None:
         scheduler.schedule_next()
