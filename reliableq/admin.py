@@ -160,7 +160,6 @@ class JobAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # "Show counts" would COUNT the whole table once per filter
     paginator = CappedCountPaginator
-    list_select_related = ["submitted_by"]
     actions = ["replay_selected", "cancel_selected"]
     inlines = [AttemptInline]
     change_form_template = "admin/reliableq/job/change_form.html"

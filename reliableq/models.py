@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -69,11 +68,10 @@ class Job(models.Model):
     # so one user's Idempotency-Key never meets another user's or an internal key.
     dedupe_key = models.CharField(max_length=255, null=True, blank=True)
     dedupe_scope = models.CharField(max_length=80, blank=True, default="", db_default="", editable=False)
-    # Who submitted the job over HTTP (None: enqueued by code). No index of its own on the hot
-    # path: a partial one covers only the rows that have a submitter.
-    submitted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
-    )
+    # Who submitted the job over HTTP: the user name at the time ("" when code enqueued it). A
+    # record, not a foreign key: it outlives the account, and the queue may live in a database of
+    # its own (RELIABLEQ["DATABASE"]) where no foreign key to the users' table can exist.
+    submitted_by = models.CharField(max_length=150, blank=True, default="", db_default="", editable=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -106,12 +104,6 @@ class Job(models.Model):
             models.Index(fields=["status", "-created_at"], name="reliableq_job_status_created"),
             models.Index(fields=["queue", "-created_at"], name="reliableq_job_queue_created"),
             models.Index(fields=["kind", "-created_at"], name="reliableq_job_kind_created"),
-            # A submitter's own jobs (the API's list without view_job; SET_NULL when a user is deleted).
-            models.Index(
-                fields=["submitted_by"],
-                condition=Q(submitted_by__isnull=False),
-                name="reliableq_job_submitted_by",
-            ),
             # Pruning: finished rows by age.
             models.Index(
                 fields=["finished_at"],

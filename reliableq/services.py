@@ -83,7 +83,7 @@ def submit(
         rules.key(dedupe_key)
     encoded = rules.payload(payload)
     scope = dedupe_scope(submitted_by)
-    submitter_id = None if submitted_by is None else submitted_by.pk
+    submitter = "" if submitted_by is None else submitted_by.get_username()
 
     job_id = uuid.uuid4()
     with connection.cursor() as cursor:
@@ -91,7 +91,7 @@ def submit(
             f"""
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by_id,
+                                   run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by,
                                    created_at, updated_at)
                 VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()), '', '',
                         %s, %s, %s, now(), now())
@@ -101,7 +101,7 @@ def submit(
             -- Wakes idle workers of this queue when (and only if) the transaction commits.
             SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
             """,
-            (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter_id),
+            (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter),
         )
         row = cursor.fetchone()
     if row is None:
@@ -114,7 +114,7 @@ def submit(
         "id": job_id, "kind": kind, "queue": queue, "priority": priority, "payload": json.loads(encoded),
         "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget, "run_at": stored_run_at,
         "lease_token": None, "lease_expires_at": None, "worker_id": "", "last_error": "", "dedupe_key": dedupe_key,
-        "dedupe_scope": scope, "submitted_by_id": submitter_id,
+        "dedupe_scope": scope, "submitted_by": submitter,
         "created_at": created_at, "updated_at": updated_at, "finished_at": None,
     }
     return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True

@@ -100,7 +100,7 @@ class JobSerializer(serializers.ModelSerializer):
     effect_key = serializers.CharField(read_only=True)
     attempt_count = serializers.IntegerField(source="attempts", read_only=True)
     attempts = AttemptSerializer(source="attempt_set", many=True, read_only=True)
-    submitted_by = serializers.SerializerMethodField()
+    submitted_by = serializers.SerializerMethodField()  # null when code enqueued the job
 
     class Meta:
         model = Job
@@ -111,8 +111,7 @@ class JobSerializer(serializers.ModelSerializer):
         ]
 
     def get_submitted_by(self, job: Job) -> str | None:
-        user = job.submitted_by if job.submitted_by_id is not None else None
-        return None if user is None else user.get_username()
+        return job.submitted_by or None
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         data = super().to_representation(instance)

@@ -101,7 +101,7 @@ def test_the_queue_filter_lists_a_bounded_number_of_queues(client_of, site):
 
 
 @pytest.mark.parametrize("query", ["payload__blob__icontains=x", "last_error__regex=.*", "worker_id__startswith=w",
-                                   "submitted_by__password__startswith=p"])
+                                   "submitted_by__startswith=a"])
 def test_the_admin_refuses_lookups_other_than_its_filters(client_of, site, query):
     client_of("olga", *OPERATOR, password=PASSWORD)
     session = admin_session(site, "olga")
