@@ -9,8 +9,7 @@ from rest_framework import serializers
 
 from .. import registry, rules
 from ..errors import InvalidJob, NotSubmittable
-from ..models import Attempt, Job, JobStatus
-from ..sanitize import without_traceback
+from ..models import JobStatus
 from . import problems
 
 QUEUE = rules.QUEUE
@@ -81,46 +80,6 @@ class SubmitSerializer(serializers.Serializer):
             return rules.run_at(value)
         except InvalidJob as exc:
             raise serializers.ValidationError(str(exc)) from None
-
-
-class AttemptSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Attempt
-        fields = ["number", "worker_id", "lease_token", "started_at", "finished_at", "outcome", "error"]
-
-
-class JobSerializer(serializers.ModelSerializer):
-    """A job with its attempt history: `attempts` is the list, `attempt_count` the number.
-
-    Errors keep their tracebacks only for readers holding reliableq.view_job (operators);
-    anyone else who sees a job (its submitter, through a repeated Idempotency-Key) reads
-    the first lines without the server's stack.
-    """
-
-    effect_key = serializers.CharField(read_only=True)
-    attempt_count = serializers.IntegerField(source="attempts", read_only=True)
-    attempts = AttemptSerializer(source="attempt_set", many=True, read_only=True)
-    submitted_by = serializers.SerializerMethodField()  # null when code enqueued the job
-
-    class Meta:
-        model = Job
-        fields = [
-            "id", "kind", "queue", "priority", "payload", "status", "attempt_count", "max_attempts", "run_at",
-            "lease_expires_at", "worker_id", "last_error", "dedupe_key", "effect_key", "submitted_by", "created_at",
-            "updated_at", "finished_at", "attempts",
-        ]
-
-    def get_submitted_by(self, job: Job) -> str | None:
-        return job.submitted_by or None
-
-    def to_representation(self, instance: Job) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        request = self.context.get("request")
-        if request is None or not request.user.has_perm("reliableq.view_job"):
-            data["last_error"] = without_traceback(data["last_error"])
-            for attempt in data["attempts"]:
-                attempt["error"] = without_traceback(attempt["error"])
-        return data
 
 
 class FilterSerializer(serializers.Serializer):

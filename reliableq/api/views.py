@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -17,10 +17,11 @@ from rest_framework.response import Response
 
 from .. import health, rules, services, stats
 from ..errors import InvalidJob, WrongStatus
-from ..models import Attempt, Job
+from ..models import Job
 from . import problems
 from .base import BaseAPIView, requires
-from .serializers import FilterSerializer, JobSerializer, SubmitSerializer
+from . import documents
+from .serializers import FilterSerializer, SubmitSerializer
 from .throttles import SubmitThrottle
 
 
@@ -33,6 +34,15 @@ def _job_or_404(job_id: str) -> Job:
         return Job.objects.prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
     except (ValueError, Job.DoesNotExist):
         raise exceptions.NotFound(f"No job {job_id}.") from None
+
+
+def _reads_tracebacks(request: Request) -> bool:
+    """Operators (reliableq.view_job) read stored tracebacks; anyone else reads errors without them."""
+    return bool(request.user.has_perm("reliableq.view_job"))
+
+
+def _document(job: Job, request: Request) -> dict[str, Any]:
+    return documents.job(job, job.attempt_set.all(), tracebacks=_reads_tracebacks(request))
 
 
 class JobPagination(CursorPagination):
@@ -82,7 +92,10 @@ class JobListView(BaseAPIView):
                 jobs = jobs.filter(**{name: filters.validated_data[name]})
         paginator = JobPagination()
         page = paginator.paginate_queryset(jobs, request, view=self)
-        return paginator.get_paginated_response(JobSerializer(page, many=True, context={"request": request}).data)
+        tracebacks = _reads_tracebacks(request)
+        return paginator.get_paginated_response(
+            [documents.job(j, j.attempt_set.all(), tracebacks=tracebacks) for j in page or []]
+        )
 
     def post(self, request: Request) -> Response:
         body = SubmitSerializer(data=request.data)
@@ -92,13 +105,13 @@ class JobListView(BaseAPIView):
         try:
             if key is not None:
                 rules.key(key, field="Idempotency-Key")
-            # 202 only after this commits: an acknowledged job is a durable job.
-            with transaction.atomic():
-                job, created = services.submit(
-                    data["kind"], data["payload"], queue=data["queue"], priority=data["priority"],
-                    run_at=data["run_at"], max_attempts=data["max_attempts"], dedupe_key=key,
-                    submitted_by=request.user,
-                )
+            # 202 only after this commits: an acknowledged job is a durable job. The INSERT is one
+            # statement in autocommit, so it commits as it returns (no BEGIN and COMMIT round trips).
+            job, created = services.submit(
+                data["kind"], data["payload"], queue=data["queue"], priority=data["priority"],
+                run_at=data["run_at"], max_attempts=data["max_attempts"], dedupe_key=key,
+                submitted_by=request.user,
+            )
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
         except InvalidJob as exc:
@@ -110,13 +123,10 @@ class JobListView(BaseAPIView):
             raise problems.Conflict(
                 f"Idempotency-Key {key!r} was already used for job {job.id} with another body."
             )
-        if created:
-            # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
-            job._prefetched_objects_cache = {"attempt_set": Attempt.objects.none()}  # type: ignore[attr-defined]
-        else:
-            job = _job_or_404(str(job.id))
+        # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
+        attempts = [] if created else list(job.attempt_set.all())
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
-        return Response(JobSerializer(job, context={"request": request}).data, status=code,
+        return Response(documents.job(job, attempts, tracebacks=_reads_tracebacks(request)), status=code,
                         headers={"Location": f"/v1/jobs/{job.id}"})
 
 
@@ -125,7 +135,7 @@ class JobDetailView(BaseAPIView):
         return [*list(super().get_permissions()), permission("view_job")()]
 
     def get(self, request: Request, job_id: str) -> Response:
-        return Response(JobSerializer(_job_or_404(job_id), context={"request": request}).data)
+        return Response(_document(_job_or_404(job_id), request))
 
 
 class _FateView(BaseAPIView):
@@ -148,7 +158,7 @@ class _FateView(BaseAPIView):
             raise exceptions.NotFound(f"No job {job_id}.") from None
         except WrongStatus as exc:
             raise problems.Conflict(str(exc)) from None
-        return Response(JobSerializer(_job_or_404(job_id), context={"request": request}).data, status=self.success)
+        return Response(_document(_job_or_404(job_id), request), status=self.success)
 
 
 class ReplayView(_FateView):

@@ -35,9 +35,11 @@ def nested(depth: int) -> dict:
 
 def test_a_payload_nested_past_64_levels_is_400_and_64_is_accepted(client_of):
     attacker = client_of("attacker", SUBMIT)
-    for depth in (950, rules.MAX_PAYLOAD_DEPTH + 1):
-        body = problem(attacker.submit({"kind": "demo.noop", "payload": nested(depth)}), 400)
-        assert "nested more than 64 levels" in body["errors"]["payload"][0]
+    # 950 deep may already stop the JSON parser (how deep it gets depends on the server's stack):
+    # a 400 about nesting either way.
+    assert "nested" in problem(attacker.submit({"kind": "demo.noop", "payload": nested(950)}), 400)["detail"]
+    body = problem(attacker.submit({"kind": "demo.noop", "payload": nested(rules.MAX_PAYLOAD_DEPTH + 1)}), 400)
+    assert "nested more than 64 levels" in body["errors"]["payload"][0]
     assert not Job.objects.exists()
     assert attacker.submit({"kind": "demo.noop", "payload": nested(rules.MAX_PAYLOAD_DEPTH)}).status_code == 202
 

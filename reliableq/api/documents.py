@@ -1,0 +1,64 @@
+"""The JSON shape of a job and its attempts, written out: the same on every route, and cheap.
+
+(A ModelSerializer rebuilt its fields for every job; this is a function per shape.)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from ..models import Attempt, Job
+from ..sanitize import without_traceback
+
+
+def time(value: dt.datetime | None) -> str | None:
+    """ISO 8601 in UTC with a Z, as DRF renders times."""
+    if value is None:
+        return None
+    text = value.astimezone(dt.timezone.utc).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def job(job: Job, attempts: Iterable[Attempt], *, tracebacks: bool) -> dict[str, Any]:
+    """A job with its attempt history: `attempts` is the list, `attempt_count` the number.
+
+    Errors keep their tracebacks only when `tracebacks` (the reader holds reliableq.view_job);
+    anyone else who sees a job (its submitter, through a repeated Idempotency-Key) reads the
+    first lines without the server's stack.
+    """
+    error = job.last_error if tracebacks else without_traceback(job.last_error)
+    return {
+        "id": str(job.id),
+        "kind": job.kind,
+        "queue": job.queue,
+        "priority": job.priority,
+        "payload": job.payload,
+        "status": job.status,
+        "attempt_count": job.attempts,
+        "max_attempts": job.max_attempts,
+        "run_at": time(job.run_at),
+        "lease_expires_at": time(job.lease_expires_at),
+        "worker_id": job.worker_id,
+        "last_error": error,
+        "dedupe_key": job.dedupe_key,
+        "effect_key": job.effect_key,
+        "submitted_by": job.submitted_by or None,
+        "created_at": time(job.created_at),
+        "updated_at": time(job.updated_at),
+        "finished_at": time(job.finished_at),
+        "attempts": [attempt(a, tracebacks=tracebacks) for a in attempts],
+    }
+
+
+def attempt(attempt: Attempt, *, tracebacks: bool) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "worker_id": attempt.worker_id,
+        "lease_token": str(attempt.lease_token),
+        "started_at": time(attempt.started_at),
+        "finished_at": time(attempt.finished_at),
+        "outcome": attempt.outcome,
+        "error": attempt.error if tracebacks else without_traceback(attempt.error),
+    }
