@@ -24,7 +24,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from . import registry, services, stats
+from . import charts, registry, services, stats
 from .admin_paging import CappedCountPaginator
 from .errors import WrongStatus
 from .models import Attempt, Job, JobStatus, QueueDashboard
@@ -383,4 +383,5 @@ class QueueDashboardAdmin(admin.ModelAdmin):
             "dead_url": f"{jobs_url}?status__exact=DEAD",
             "expired_url": f"{jobs_url}?lease=expired",
             "last_hour": stats.last_hour(),
+            "chart_panels": charts.panels(stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()),
         })

@@ -1,8 +1,9 @@
-"""What operators watch: counts by status and kind, and the age of the oldest due job."""
+"""What operators watch: counts by status and kind, the age of the oldest due job, the last hour's charts."""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
@@ -67,3 +68,143 @@ def snapshot() -> dict[str, Any]:
         "oldest_due_pending_age_seconds": round(oldest_due_age_seconds(), 3),
         "dead": by_status[JobStatus.DEAD],
     }
+
+
+# -- the dashboard's charts: the last hour, minute by minute, by database time ----------------------
+#
+# The hour is the 60 one-minute buckets that end with the current (partial) minute. date_trunc, not
+# date_bin, so that PostgreSQL 13 runs it. Each query reads only rows of that hour through an index
+# (jobs by finished_at, attempts by started_at), except the backlog's still-waiting jobs, which are
+# the due PENDING ones, read through the claim's index.
+
+CHART_MINUTES = 60
+# Statuses a finished job ends in, in the order the chart stacks them.
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+# Attempts whose duration is not the handler's: still running, or ended because the worker went away.
+NOT_HANDLER_TIME = (Outcome.RUNNING, Outcome.LEASE_EXPIRED, Outcome.LEASE_LOST)
+MAX_CHART_KINDS = 20
+
+_MINUTES_SQL = f"""
+    SELECT generate_series(date_trunc('minute', now()) - interval '{CHART_MINUTES - 1} minutes',
+                           date_trunc('minute', now()), interval '1 minute') AS minute
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedMinute:
+    """Jobs that finished during one minute, by the status they ended in."""
+
+    minute: dt.datetime  # the minute's start
+    counts: dict[str, int]  # every status of FINISHED_STATUSES, zero included
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BacklogPoint:
+    """Due jobs still waiting for their first attempt at the end of one minute."""
+
+    minute: dt.datetime  # the minute's start; the count is taken at its end (or now, for this minute)
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindDuration:
+    """The 95th percentile of a kind's handler durations over the last hour."""
+
+    kind: str
+    p95_seconds: float
+    attempts: int  # how many finished attempts the percentile is taken over
+
+
+def finished_per_minute() -> list[FinishedMinute]:
+    """Jobs finished in each minute of the last hour, by final status, oldest minute first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH minutes AS ({_MINUTES_SQL}),
+            finished AS (
+                SELECT date_trunc('minute', finished_at) AS minute, status, count(*) AS n
+                  FROM {Job._meta.db_table}
+                 WHERE finished_at >= (SELECT min(minute) FROM minutes)
+                 GROUP BY 1, 2
+            )
+            SELECT m.minute, f.status, f.n FROM minutes m LEFT JOIN finished f USING (minute) ORDER BY m.minute
+            """
+        )
+        rows = cursor.fetchall()
+    by_minute: dict[dt.datetime, dict[str, int]] = {}
+    for minute, status, n in rows:
+        counts = by_minute.setdefault(minute, {s: 0 for s in FINISHED_STATUSES})
+        if status in counts:
+            counts[status] = n
+    return [FinishedMinute(minute=m, counts=c) for m, c in by_minute.items()]
+
+
+def backlog_per_minute() -> list[BacklogPoint]:
+    """Due jobs waiting for their first attempt at the end of each minute of the last hour.
+
+    Rebuilt from the jobs' times, not sampled: a job joins the backlog when it is due (the later
+    of created_at and run_at) and leaves it when its first attempt starts, or when it finishes
+    without one (cancelled). A job waiting to retry is not counted: its earlier waits are not
+    stored. For a job that has started, run_at may since have been moved by a retry; its wait
+    then counts from no later than its first start, so such a wait can be under-counted, never
+    over-counted.
+    """
+    job, attempt = Job._meta.db_table, Attempt._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH minutes AS ({_MINUTES_SQL}),
+            since AS (SELECT min(minute) AS t FROM minutes),
+            waits AS (
+                -- still waiting: PENDING, never started, due
+                SELECT greatest(j.created_at, j.run_at) AS joined, NULL::timestamptz AS left_at
+                  FROM {job} j
+                 WHERE j.status = 'PENDING' AND j.run_at <= now()
+                   AND NOT EXISTS (SELECT 1 FROM {attempt} a WHERE a.job_id = j.id)
+                UNION ALL
+                -- first attempt started during the hour
+                SELECT least(greatest(j.created_at, j.run_at), a.started_at), a.started_at
+                  FROM {attempt} a JOIN {job} j ON j.id = a.job_id
+                 WHERE a.started_at >= (SELECT t FROM since) AND a.number = 1
+                UNION ALL
+                -- finished during the hour without ever starting (cancelled while waiting)
+                SELECT least(greatest(j.created_at, j.run_at), j.finished_at), j.finished_at
+                  FROM {job} j
+                 WHERE j.finished_at >= (SELECT t FROM since)
+                   AND NOT EXISTS (SELECT 1 FROM {attempt} a WHERE a.job_id = j.id)
+            ),
+            -- +1 when a job joins, -1 when it leaves; what happened before the hour counts in its first minute
+            steps AS (
+                SELECT greatest(date_trunc('minute', joined), (SELECT t FROM since)) AS minute, count(*) AS n
+                  FROM waits GROUP BY 1
+                UNION ALL
+                SELECT date_trunc('minute', left_at), -count(*) FROM waits WHERE left_at IS NOT NULL GROUP BY 1
+            )
+            SELECT m.minute, sum(coalesce(sum(s.n), 0)) OVER (ORDER BY m.minute)
+              FROM minutes m LEFT JOIN steps s USING (minute)
+             GROUP BY m.minute ORDER BY m.minute
+            """
+        )
+        return [BacklogPoint(minute=minute, waiting=int(n)) for minute, n in cursor.fetchall()]
+
+
+def p95_by_kind(limit: int = MAX_CHART_KINDS) -> list[KindDuration]:
+    """The p95 handler duration of each kind over attempts started in the last hour that have finished.
+
+    Slowest first, at most `limit` kinds. Attempts that ended because their worker went away
+    (lease expired or lost) are left out: their length is the lease's, not the handler's.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT j.kind,
+                   percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM a.finished_at - a.started_at)),
+                   count(*)
+              FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
+             WHERE a.started_at >= now() - interval '1 hour' AND a.finished_at IS NOT NULL
+               AND a.outcome <> ALL(%s)
+             GROUP BY j.kind ORDER BY 2 DESC, j.kind LIMIT %s
+            """,
+            [list(NOT_HANDLER_TIME), limit],
+        )
+        return [KindDuration(kind=kind, p95_seconds=float(p95), attempts=n) for kind, p95, n in cursor.fetchall()]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
+
 from django.contrib.auth.models import Permission, User
 from rest_framework.authtoken.models import Token
 
 # What the charge job's service account and a submitting client hold in the demo.
 CLIENT_PERMISSIONS = ("reliableq.submit_job", "reliableq.view_job", "charges.add_charge", "charges.view_charge")
+# What the tour's operator holds: watch, replay and cancel jobs, pause queues, read charges. Not a superuser.
+OPERATOR_PERMISSIONS = ("reliableq.view_job", "reliableq.replay_job", "reliableq.cancel_job", "reliableq.pause_queue",
+                        "charges.view_charge")
 
 
 def grant(user: User, *perms: str) -> User:
@@ -26,3 +31,19 @@ def token_for(username: str, *perms: str, **fields: object) -> str:
     user, _ = User.objects.get_or_create(username=username, defaults=fields)
     grant(user, *perms)
     return Token.objects.get_or_create(user=user)[0].key
+
+
+def operator(username: str) -> tuple[User, str]:
+    """Make `username` a staff operator with exactly OPERATOR_PERMISSIONS and a new random password.
+
+    The password is generated on every call, never fixed: a tour left running on a shared machine
+    must not open its admin to a password printed in a README.
+    """
+    user, _ = User.objects.get_or_create(username=username)
+    password = secrets.token_urlsafe(12)
+    user.set_password(password)
+    user.is_staff, user.is_superuser, user.is_active = True, False, True
+    user.save()
+    user.user_permissions.clear()
+    grant(user, *OPERATOR_PERMISSIONS)
+    return user, password

@@ -96,6 +96,18 @@ REST_FRAMEWORK = {
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"
+# The admin's CSS and JS are served by the project itself (WhiteNoise, from the demo extra), so the
+# admin is styled under gunicorn and under runserver with DEBUG off. collectstatic copies them into
+# STATIC_ROOT, a git-ignored folder, and WhiteNoise serves that copy, as a deployment would (the
+# demo's set-up runs it). Until it has run (a fresh clone's runserver, the test run) WhiteNoise
+# reads the apps' static folders instead, so the admin is styled either way.
+STATIC_ROOT = BASE_DIR / "staticfiles"
+if find_spec("whitenoise"):
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+                      "whitenoise.middleware.WhiteNoiseMiddleware")
+    WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
+    # WhiteNoise warns about a missing STATIC_ROOT, and the tests turn warnings into errors.
+    STATIC_ROOT.mkdir(exist_ok=True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 

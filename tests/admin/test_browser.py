@@ -1,69 +1,41 @@
 """An operator replays a DEAD job in a real browser (Debian's chromium, driven by Playwright).
 
-The admin is served by a real gunicorn (testproject.processes.start_api) on the test database.
-That server, like a production one, does not serve /static/: the browser gets the admin's CSS
-and JavaScript from Django's static finders through a Playwright route, so the screenshots look
-like the real admin and its actions script runs.
+The admin is served by a real gunicorn (testproject.processes.start_api) on the test database,
+and its CSS and JavaScript by that same server (WhiteNoise, after collectstatic, as a deployment
+does), so the screenshots show the real admin and its actions script runs.
 
-Without chromium or playwright the test is skipped, except under CI (CI set), where it fails:
-.ci/run installs chromium first.
+Without chromium or playwright the test is skipped, except under CI (CI set), where it fails
+(tests/admin/browser.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.staticfiles import finders
+from django.core.management import call_command
 
 from reliableq.models import Attempt, Job, JobStatus
 from testproject import processes
-from tests.support import ROOT
 
-from .conftest import PASSWORD, OPERATOR_PERMS, job_in, make_staff
+from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, load_playwright
+from .conftest import OPERATOR_PERMS, PASSWORD, job_in, make_staff
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-ARTIFACTS = ROOT / "artifacts"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 @pytest.fixture
 def playwright_api() -> Any:
-    """playwright.sync_api, or a skip (a failure under CI) when it or chromium is missing."""
-    missing = []
-    if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    try:
-        import playwright.sync_api as api
-    except ImportError:
-        api = None
-        missing.append("the playwright package is not installed (pip install -e '.[dev]')")
-    if missing:
-        reason = "browser test: " + "; ".join(missing)
-        if in_ci():
-            pytest.fail(reason + " -- CI must run this test, not skip it", pytrace=False)
-        pytest.skip(reason)
-    return api
+    return load_playwright()
 
 
 @pytest.fixture
 def live_admin(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """gunicorn serving testproject (and its /admin/) on a free port, on the test database."""
+    """gunicorn serving testproject (its /admin/ and the admin's static files) on a free port, on the test database."""
+    call_command("collectstatic", interactive=False, verbosity=0)  # what a deployment does before it starts
     port = processes.free_port()
     log_path = tmp_path / "gunicorn.log"
     with log_path.open("wb") as log:
@@ -75,16 +47,6 @@ def live_admin(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield url, log_path
     finally:
         processes.stop(server)
-
-
-def serve_static(route: Any) -> None:
-    """Answer /static/... from Django's static finders (what collectstatic + a web server would do)."""
-    name = urllib.parse.unquote(urllib.parse.urlparse(route.request.url).path).removeprefix("/static/")
-    found = finders.find(name)
-    if found:
-        route.fulfill(path=found)
-    else:
-        route.fulfill(status=404, body="not found")
 
 
 def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
@@ -108,7 +70,6 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
         page = None
         try:
             context = browser.new_context(base_url=url, viewport={"width": 1920, "height": 1000})
-            context.route(re.compile(r"^http://127\.0\.0\.1:\d+/static/"), serve_static)
             page = context.new_page()
             page.set_default_timeout(15_000)
             expect.set_options(timeout=15_000)
