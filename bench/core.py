@@ -127,8 +127,9 @@ class Procs:
         self.stop()
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str,
-             procs: Procs | None = None) -> T:
+def wait_for(
+    predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str, procs: Procs | None = None
+) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -226,8 +227,12 @@ class Gate:
         """Every sample (a latency, a DB-timed span) must lie inside the run's monotonic window."""
         samples = list(samples)
         bad = [s for s in samples if not (-SKEW_SECONDS <= s <= wall + SKEW_SECONDS + wall * 0.001)]
-        self.check(run, f"{len(samples)} {what} sample(s) inside the run's {wall:.2f} s monotonic window"
-                        + (f" ({len(bad)} outside, e.g. {bad[0]:.3f} s)" if bad else ""), not bad)
+        self.check(
+            run,
+            f"{len(samples)} {what} sample(s) inside the run's {wall:.2f} s monotonic window"
+            + (f" ({len(bad)} outside, e.g. {bad[0]:.3f} s)" if bad else ""),
+            not bad,
+        )
 
     @property
     def runs(self) -> int:
@@ -257,7 +262,8 @@ def machine(cursor: Any) -> dict[str, str]:
     except OSError:
         pass
     try:
-        mem_kb = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem_kb = int(next(line for line in meminfo if line.startswith("MemTotal")).split()[1])
         memory = f"{mem_kb / 1024 / 1024:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         memory = "?"

@@ -40,8 +40,14 @@ class Outlier:
         return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in self.params.items() if k != "unit")
 
     def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "params": dict(self.params), "repetition": self.repetition,
-                "value": self.value, "siblings": list(self.siblings), "sibling_median": self.sibling_median}
+        return {
+            "scenario": self.scenario,
+            "params": dict(self.params),
+            "repetition": self.repetition,
+            "value": self.value,
+            "siblings": list(self.siblings),
+            "sibling_median": self.sibling_median,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,12 +60,15 @@ def outliers(scenario: str, summary: Summary) -> list[Outlier]:
     """Return every repetition of `summary` below THRESHOLD times the median of the others."""
     found = []
     for i, value in enumerate(summary.values):
-        siblings = tuple(summary.values[:i] + summary.values[i + 1:])
+        siblings = tuple(summary.values[:i] + summary.values[i + 1 :])
         if not siblings or math.isnan(value):
             continue
         if value < THRESHOLD * statistics.median(siblings):
-            found.append(Outlier(scenario=scenario, params=dict(summary.params), repetition=i + 1, value=value,
-                                 siblings=siblings))
+            found.append(
+                Outlier(
+                    scenario=scenario, params=dict(summary.params), repetition=i + 1, value=value, siblings=siblings
+                )
+            )
     return found
 
 
@@ -74,21 +83,30 @@ def markdown(result: Review) -> str:
     """The report's Findings section."""
     lines = ["## Findings", ""]
     if not result.checked:
-        lines.append("Every point was measured once in this profile, so no repetition has siblings to be compared "
-                     "with (the quick and full profiles repeat every point).")
+        lines.append(
+            "Every point was measured once in this profile, so no repetition has siblings to be compared "
+            "with (the quick and full profiles repeat every point)."
+        )
         return "\n".join(lines)
     if not result.outliers:
         points = "1 measured point" if result.checked == 1 else f"{result.checked} measured points"
-        lines.append(f"No repetition fell below {THRESHOLD:.0%} of the median of its siblings "
-                     f"({points} with two or more repetitions).")
+        lines.append(
+            f"No repetition fell below {THRESHOLD:.0%} of the median of its siblings "
+            f"({points} with two or more repetitions)."
+        )
         return "\n".join(lines)
-    lines += [f"{len(result.outliers)} repetition(s) below {THRESHOLD:.0%} of the median of their siblings (the "
-              f"same point's other repetitions; {result.checked} points checked). Each passed the correctness "
-              "gate and sits inside its point's range above; the median alone would hide it.", "",
-              "| scenario | measured point | repetition | value | median of its siblings | fraction | siblings |",
-              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines += [
+        f"{len(result.outliers)} repetition(s) below {THRESHOLD:.0%} of the median of their siblings (the "
+        f"same point's other repetitions; {result.checked} points checked). Each passed the correctness "
+        "gate and sits inside its point's range above; the median alone would hide it.",
+        "",
+        "| scenario | measured point | repetition | value | median of its siblings | fraction | siblings |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for o in result.outliers:
-        lines.append(f"| {o.scenario} | {o.describe()} | {o.repetition} | {o.value:,.0f} {o.unit} | "
-                     f"{o.sibling_median:,.0f} {o.unit} | {o.value / o.sibling_median:.0%} | "
-                     f"{', '.join(f'{v:,.0f}' for v in o.siblings)} |")
+        lines.append(
+            f"| {o.scenario} | {o.describe()} | {o.repetition} | {o.value:,.0f} {o.unit} | "
+            f"{o.sibling_median:,.0f} {o.unit} | {o.value / o.sibling_median:.0%} | "
+            f"{', '.join(f'{v:,.0f}' for v in o.siblings)} |"
+        )
     return "\n".join(lines)

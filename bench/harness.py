@@ -5,8 +5,8 @@
     python -m bench --profile smoke            # under a minute (CI)
     python -m bench --only throughput,ceilings # a subset
 
-It starts its own embedded PostgreSQL 18 in .pgdata/bench (synchronous_commit on; stopped at the end if it started it), its own
-gunicorn and workers, runs every scenario several times, passes every run through the
+It starts its own embedded PostgreSQL 18 in .pgdata/bench (synchronous_commit on; stopped at the
+end if it started it), its own gunicorn and workers, runs every scenario several times, passes every run through the
 correctness gate, and writes report.md with PNG plots to bench/results/<profile>-<time>/.
 """
 
@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {','.join(SCENARIOS)}")
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<profile>-<time>)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results folder (default bench/results/<profile>-<time>)"
+    )
     parser.add_argument("--data-dir", type=Path, default=core.DATA_DIR, help="the harness's own PostgreSQL data dir")
     parser.add_argument("--no-peers", action="store_true", help="skip procrastinate and django-tasks-db")
     args = parser.parse_args(argv)
@@ -120,8 +122,10 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
             measured += [(name, summary) for summary in bench.measured[mark:]]
     review = findings.review(measured)
     for o in review.outliers:
-        progress.say(f"   outlier: {o.scenario} {o.describe()} rep {o.repetition}: {o.value:,.0f} {o.unit} against "
-                     f"a median of {o.sibling_median:,.0f} for its siblings")
+        progress.say(
+            f"   outlier: {o.scenario} {o.describe()} rep {o.repetition}: {o.value:,.0f} {o.unit} against "
+            f"a median of {o.sibling_median:,.0f} for its siblings"
+        )
     _attach_throughput_plot(bench, sections)
     wall = progress.elapsed()
     load = core.load_average()
@@ -129,7 +133,7 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
     targets = _targets(bench)
     header = [
         f"Profile **{profile.name}**, {dt.datetime.now():%Y-%m-%d %H:%M}, wall time {wall / 60:.1f} min. "
-        f"Reproduce: `python -m bench --profile {profile.name}` (after `pip install -e \".[bench]\"`).",
+        f'Reproduce: `python -m bench --profile {profile.name}` (after `pip install -e ".[bench]"`).',
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + f"; load average at the end {load}.",
         "",
@@ -137,17 +141,31 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
         "run passed the correctness gate (end of the report). Ratios are side by side, from this one run.",
     ]
     if profile.reps > 1:
-        header[-1] += (" Each ratio is one of medians; in the targets, its range spans every pair of repetitions. "
-                       "A repetition below half the median of its siblings is listed under Findings.")
+        header[-1] += (
+            " Each ratio is one of medians; in the targets, its range spans every pair of repetitions. "
+            "A repetition below half the median of its siblings is listed under Findings."
+        )
     summary = "## Targets\n\n" + _targets_table(targets)
     closing = _closing(bench, targets)
     text = _report_markdown(header, summary, findings.markdown(review), sections, gate, closing)
     (out / "report.md").write_text(text)
-    (out / "results.json").write_text(json.dumps(
-        {"profile": profile.name, "wall_seconds": wall, "machine": machine, "gate_passed": gate.passed,
-         "checks": len(gate.checks), "targets": targets, "sections": {s.key: s.data for s in sections},
-         "findings": [o.to_json() for o in review.outliers],
-         "errors": {s.key: s.error for s in sections if s.error}}, indent=1, default=_json_default))
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "profile": profile.name,
+                "wall_seconds": wall,
+                "machine": machine,
+                "gate_passed": gate.passed,
+                "checks": len(gate.checks),
+                "targets": targets,
+                "sections": {s.key: s.data for s in sections},
+                "findings": [o.to_json() for o in review.outliers],
+                "errors": {s.key: s.error for s in sections if s.error},
+            },
+            indent=1,
+            default=_json_default,
+        )
+    )
     if args.out is None:
         latest = core.RESULTS / f"latest-{profile.name}"
         try:
@@ -157,17 +175,25 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
         except OSError:
             pass
     ok = gate.passed and not failed
-    progress.say(f"{'GREEN' if ok else 'RED'}: {len(gate.checks)} gate checks over {gate.runs} runs, "
-                 f"{sum(1 for *_, passed in gate.checks if not passed)} failed; report: {out / 'report.md'}")
+    progress.say(
+        f"{'GREEN' if ok else 'RED'}: {len(gate.checks)} gate checks over {gate.runs} runs, "
+        f"{sum(1 for *_, passed in gate.checks if not passed)} failed; report: {out / 'report.md'}"
+    )
     return 0 if ok else 1
 
 
-def _report_markdown(header: list[str], summary: str, found: str, sections: list[Any], gate: Any,
-                     closing: str) -> str:
+def _report_markdown(header: list[str], summary: str, found: str, sections: list[Any], gate: Any, closing: str) -> str:
     from . import report
 
-    return report.markdown(title="ReliableQ benchmark", header=header, summary=summary, findings=found,
-                           sections=sections, gate=gate, closing=closing)
+    return report.markdown(
+        title="ReliableQ benchmark",
+        header=header,
+        summary=summary,
+        findings=found,
+        sections=sections,
+        gate=gate,
+        closing=closing,
+    )
 
 
 def _attach_throughput_plot(bench: Any, sections: list[Any]) -> None:
@@ -187,41 +213,98 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
     r = bench.results
     out: list[dict[str, Any]] = []
 
-    def add(name: str, value: float | None, goal: float, unit: str, higher: bool = True, why: str = "",
-            spread: tuple[float, float] | None = None) -> None:
+    def add(
+        name: str,
+        value: float | None,
+        goal: float,
+        unit: str,
+        higher: bool = True,
+        why: str = "",
+        spread: tuple[float, float] | None = None,
+    ) -> None:
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            out.append({"target": name, "value": None, "goal": goal, "met": None, "by": None, "unit": unit, "why": why,
-                        "range": None})
+            out.append(
+                {
+                    "target": name,
+                    "value": None,
+                    "goal": goal,
+                    "met": None,
+                    "by": None,
+                    "unit": unit,
+                    "why": why,
+                    "range": None,
+                }
+            )
             return
         met = value >= goal if higher else value <= goal
         by = 0.0 if met or not goal else (goal - value) / goal if higher else (value - goal) / goal
-        out.append({"target": name, "value": value, "goal": goal, "met": met, "by": None if met else by, "unit": unit,
-                    "why": why, "range": spread})
+        out.append(
+            {
+                "target": name,
+                "value": value,
+                "goal": goal,
+                "met": met,
+                "by": None if met else by,
+                "unit": unit,
+                "why": why,
+                "range": spread,
+            }
+        )
 
     fleet = r.get("fleet")
     fleet_rate = fleet.median if fleet else None
-    add(f"no-op processing with a fleet ({bench.p.fleet[0]} x {bench.p.fleet[1]})", fleet_rate, 1500, "jobs/s",
-        spread=_spread(fleet) if fleet else None)
+    add(
+        f"no-op processing with a fleet ({bench.p.fleet[0]} x {bench.p.fleet[1]})",
+        fleet_rate,
+        1500,
+        "jobs/s",
+        spread=_spread(fleet) if fleet else None,
+    )
     peers = r.get("fleet_peers", {})
     if peers and fleet_rate:
         best_key = max(peers, key=lambda k: peers[k].median)
-        add(f"fleet vs the faster peer ({best_key}, same processes x concurrency)",
-            fleet_rate / peers[best_key].median, 5.0, "x", spread=_ratio_spread(fleet, peers[best_key]))
+        add(
+            f"fleet vs the faster peer ({best_key}, same processes x concurrency)",
+            fleet_rate / peers[best_key].median,
+            5.0,
+            "x",
+            spread=_ratio_spread(fleet, peers[best_key]),
+        )
     else:
         add("fleet vs the faster peer", None, 5.0, "x", why="peers not measured")
     ceilings = r.get("ceilings")
     if ceilings and fleet_rate:
-        add("fleet as a fraction of the bare psycopg loop", fleet_rate / ceilings["bare"].median, 0.60, "fraction",
-            spread=_ratio_spread(fleet, ceilings["bare"]))
-        add("fleet as a fraction of pgbench (informative, no target)", fleet_rate / ceilings["pgbench"].median, 0.0,
-            "fraction", spread=_ratio_spread(fleet, ceilings["pgbench"]))
+        add(
+            "fleet as a fraction of the bare psycopg loop",
+            fleet_rate / ceilings["bare"].median,
+            0.60,
+            "fraction",
+            spread=_ratio_spread(fleet, ceilings["bare"]),
+        )
+        add(
+            "fleet as a fraction of pgbench (informative, no target)",
+            fleet_rate / ceilings["pgbench"].median,
+            0.0,
+            "fraction",
+            spread=_ratio_spread(fleet, ceilings["pgbench"]),
+        )
     enqueue_one = r.get("enqueue_one")
-    add("enqueue, one process, one job per transaction", enqueue_one.median if enqueue_one else None, 1500, "jobs/s",
-        spread=_spread(enqueue_one) if enqueue_one else None)
+    add(
+        "enqueue, one process, one job per transaction",
+        enqueue_one.median if enqueue_one else None,
+        1500,
+        "jobs/s",
+        spread=_spread(enqueue_one) if enqueue_one else None,
+    )
     if "pileup" in r:
         base, top, level = r["pileup"]
-        add(f"claim throughput at {level:,} finished rows vs an empty table", top.median / base.median, 0.80,
-            "fraction", spread=_ratio_spread(top, base))
+        add(
+            f"claim throughput at {level:,} finished rows vs an empty table",
+            top.median / base.median,
+            0.80,
+            "fraction",
+            spread=_ratio_spread(top, base),
+        )
     if "recovery" in r:
         met, worst = r["recovery"]
         excess = max(worst[lease] - lease for lease in worst)
@@ -277,8 +360,10 @@ def _closing(bench: Any, targets: list[dict[str, Any]]) -> str:
     for t in targets:
         if t["value"] is None:
             continue
-        lines.append(f"- {t['target']}: {_fmt(t['value'], t['unit'])}"
-                     + ("" if t["met"] in (None, True) or t["goal"] == 0.0 else f" (missed by {100 * t['by']:.0f}%)"))
+        lines.append(
+            f"- {t['target']}: {_fmt(t['value'], t['unit'])}"
+            + ("" if t["met"] in (None, True) or t["goal"] == 0.0 else f" (missed by {100 * t['by']:.0f}%)")
+        )
     missed = [t for t in targets if t["met"] is False and t["goal"] != 0.0]
     text = "Ratios from this run:\n\n" + "\n".join(lines)
     if CHANGES:
@@ -286,7 +371,8 @@ def _closing(bench: Any, targets: list[dict[str, Any]]) -> str:
         text += "\n".join(f"- {c}" for c in CHANGES)
     if missed:
         text += "\n\nMissed targets and what limits them: see LIMITS below.\n\n" + "\n".join(
-            f"- {t['target']}: {LIMITS.get(_limit_key(t['target']), 'see the scenario section.')}" for t in missed)
+            f"- {t['target']}: {LIMITS.get(_limit_key(t['target']), 'see the scenario section.')}" for t in missed
+        )
     return text
 
 

@@ -166,8 +166,10 @@ def machine() -> str:
         (sync,) = cursor.fetchone()
     where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} cores ({platform.machine()}, {platform.system()}), load average {load} "
-            f"at the end, Python {platform.python_version()}, PostgreSQL {pg} ({where}, synchronous_commit={sync})")
+    return (
+        f"{os.cpu_count()} cores ({platform.machine()}, {platform.system()}), load average {load} "
+        f"at the end, Python {platform.python_version()}, PostgreSQL {pg} ({where}, synchronous_commit={sync})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
             stored = Job.objects.filter(queue=queue).count()
             if stored != result.jobs:
                 mismatches.append(f"{clients} clients: {result.jobs} answered 202, {stored} rows")
-            print(f"  http, {clients:>2} clients: {result.rate:8.1f} jobs/s ({result.jobs} jobs, "
-                  f"{result.errors} non-202)", file=sys.stderr)
+            print(
+                f"  http, {clients:>2} clients: {result.rate:8.1f} jobs/s ({result.jobs} jobs, "
+                f"{result.errors} non-202)",
+                file=sys.stderr,
+            )
 
         queue = f"{prefix}-enqueue"
         result = enqueue_run(seconds=args.seconds, queue=queue)
@@ -221,15 +226,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  cleaned up: {deleted} rows deleted, user and token removed, server stopped", file=sys.stderr)
 
     print()
-    print(f"Ingestion, committed jobs/s ({args.seconds:g} s per row; gunicorn gthread "
-          f"{args.workers} workers x {args.threads} threads; kind {KIND})")
+    print(
+        f"Ingestion, committed jobs/s ({args.seconds:g} s per row; gunicorn gthread "
+        f"{args.workers} workers x {args.threads} threads; kind {KIND})"
+    )
     print(f"Machine: {machine()}")
     print()
     print("| path | clients | jobs committed | seconds | jobs/s | p50 ms | p99 ms | non-202 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
-        print(f"| {r.path} | {r.clients} | {r.jobs} | {r.seconds:.2f} | {r.rate:.0f} | "
-              f"{r.percentile(0.5)} | {r.percentile(0.99)} | {r.errors} |")
+        print(
+            f"| {r.path} | {r.clients} | {r.jobs} | {r.seconds:.2f} | {r.rate:.0f} | "
+            f"{r.percentile(0.5)} | {r.percentile(0.99)} | {r.errors} |"
+        )
     print()
     if mismatches:
         print("ROW COUNT MISMATCH: " + "; ".join(mismatches))

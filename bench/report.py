@@ -29,8 +29,14 @@ def _err(summary: Any) -> tuple[float, float]:
 def plot_ingestion(out: Path, http: dict[int, Any], python: dict[str, dict[str, Any]], bulk: int) -> str:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     clients = sorted(http)
-    a.errorbar(clients, [http[c].median for c in clients], yerr=list(zip(*[_err(http[c]) for c in clients])),
-               marker="o", color=COLORS["reliableq"], capsize=3)
+    a.errorbar(
+        clients,
+        [http[c].median for c in clients],
+        yerr=list(zip(*[_err(http[c]) for c in clients], strict=True)),
+        marker="o",
+        color=COLORS["reliableq"],
+        capsize=3,
+    )
     a.set_xscale("log", base=2)
     a.set_xticks(clients, [str(c) for c in clients])
     a.set_xlabel("concurrent HTTP clients")
@@ -51,12 +57,25 @@ def plot_ingestion(out: Path, http: dict[int, Any], python: dict[str, dict[str, 
     return _save(fig, out, "ingestion.png")
 
 
-def plot_throughput(out: Path, by_conc: dict[int, Any], by_proc: dict[int, Any], peers: dict[str, dict[str, Any]],
-                    ceilings: dict[str, Any], fleet: tuple[int, int]) -> str:
+def plot_throughput(
+    out: Path,
+    by_conc: dict[int, Any],
+    by_proc: dict[int, Any],
+    peers: dict[str, dict[str, Any]],
+    ceilings: dict[str, Any],
+    fleet: tuple[int, int],
+) -> str:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     cs = sorted(by_conc)
-    a.errorbar(cs, [by_conc[c].median for c in cs], yerr=list(zip(*[_err(by_conc[c]) for c in cs])), marker="o",
-               color=COLORS["reliableq"], label="ReliableQ", capsize=3)
+    a.errorbar(
+        cs,
+        [by_conc[c].median for c in cs],
+        yerr=list(zip(*[_err(by_conc[c]) for c in cs], strict=True)),
+        marker="o",
+        color=COLORS["reliableq"],
+        label="ReliableQ",
+        capsize=3,
+    )
     for key, d in peers.items():
         cfg = f"1x{fleet[1]}"
         if cfg in d:
@@ -69,17 +88,27 @@ def plot_throughput(out: Path, by_conc: dict[int, Any], by_proc: dict[int, Any],
     a.set_title("one worker process")
     a.legend()
     ps = sorted(by_proc)
-    b.errorbar(ps, [by_proc[p].median for p in ps], yerr=list(zip(*[_err(by_proc[p]) for p in ps])), marker="o",
-               color=COLORS["reliableq"], label="ReliableQ", capsize=3)
+    b.errorbar(
+        ps,
+        [by_proc[p].median for p in ps],
+        yerr=list(zip(*[_err(by_proc[p]) for p in ps], strict=True)),
+        marker="o",
+        color=COLORS["reliableq"],
+        label="ReliableQ",
+        capsize=3,
+    )
     for key, d in peers.items():
         pts = [(int(cfg.split("x")[0]), v.median) for cfg, v in d.items()]
-        b.plot([p for p, _ in pts], [v for _, v in pts], marker="s", linestyle="none", color=COLORS[key],
-               label=NAMES[key])
+        b.plot(
+            [p for p, _ in pts], [v for _, v in pts], marker="s", linestyle="none", color=COLORS[key], label=NAMES[key]
+        )
     styles = {"pgbench": "--", "bare": ":"}
     labels = {"pgbench": "pgbench ceiling", "bare": "bare psycopg ceiling"}
     for key, v in ceilings.items():
         if v.values:
-            b.axhline(v.median, linestyle=styles[key], color=COLORS["ceiling"], label=f"{labels[key]} ({fleet[0]} clients)")
+            b.axhline(
+                v.median, linestyle=styles[key], color=COLORS["ceiling"], label=f"{labels[key]} ({fleet[0]} clients)"
+            )
     b.set_xticks(ps, [str(p) for p in ps])
     b.set_xlabel(f"worker processes (concurrency {fleet[1]} each)")
     b.set_ylabel("no-op jobs / s")
@@ -95,11 +124,22 @@ def plot_io(out: Path, ours: dict[int, Any], peers: dict[str, dict[int, Any]], s
     series = {"reliableq": ours, **peers}
     width = 0.8 / len(series)
     for i, (key, d) in enumerate(series.items()):
-        ax.bar([j + i * width for j in range(len(cs))], [d[c].median for c in cs], width, label=NAMES[key],
-               color=COLORS[key])
+        ax.bar(
+            [j + i * width for j in range(len(cs))],
+            [d[c].median for c in cs],
+            width,
+            label=NAMES[key],
+            color=COLORS[key],
+        )
     for j, c in enumerate(cs):
-        ax.hlines(c / sleep, j - width / 2, j + width * (len(series) - 0.5), colors="black", linestyles="--",
-                  label="ideal (c / 50 ms)" if j == 0 else None)
+        ax.hlines(
+            c / sleep,
+            j - width / 2,
+            j + width * (len(series) - 0.5),
+            colors="black",
+            linestyles="--",
+            label="ideal (c / 50 ms)" if j == 0 else None,
+        )
     ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(cs))], [f"concurrency {c}" for c in cs])
     ax.set_ylabel("jobs / s")
     ax.set_title(f"I/O-bound jobs ({sleep * 1000:.0f} ms each), one worker process")
@@ -128,8 +168,14 @@ def plot_pileup(out: Path, rates: dict[int, Any]) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     levels = sorted(rates)
     xs = list(range(len(levels)))
-    ax.errorbar(xs, [rates[lv].median for lv in levels], yerr=list(zip(*[_err(rates[lv]) for lv in levels])),
-                marker="o", color=COLORS["reliableq"], capsize=3)
+    ax.errorbar(
+        xs,
+        [rates[lv].median for lv in levels],
+        yerr=list(zip(*[_err(rates[lv]) for lv in levels], strict=True)),
+        marker="o",
+        color=COLORS["reliableq"],
+        capsize=3,
+    )
     base = rates[levels[0]].median
     ax.axhline(0.8 * base, linestyle="--", color=COLORS["ceiling"], label="target: 80% of the empty table")
     ax.set_xticks(xs, [f"{lv:,}" for lv in levels])
@@ -159,7 +205,9 @@ def plot_amplification(out: Path, data: dict[float, dict[str, float]]) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     rates = sorted(data)
     xs = list(range(len(rates)))
-    ax.bar([x - 0.2 for x in xs], [data[p]["measured"] for p in rates], 0.4, label="measured", color=COLORS["reliableq"])
+    ax.bar(
+        [x - 0.2 for x in xs], [data[p]["measured"] for p in rates], 0.4, label="measured", color=COLORS["reliableq"]
+    )
     ax.bar([x + 0.2 for x in xs], [data[p]["theory"] for p in rates], 0.4, label="theory", color=COLORS["ceiling"])
     ax.set_xticks(xs, [f"{p:.0%} failures" for p in rates])
     ax.set_ylabel("attempts per job")
@@ -168,8 +216,9 @@ def plot_amplification(out: Path, data: dict[float, dict[str, float]]) -> str:
     return _save(fig, out, "amplification.png")
 
 
-def markdown(*, title: str, header: list[str], summary: str, sections: list[Any], gate: Any, closing: str,
-             findings: str = "") -> str:
+def markdown(
+    *, title: str, header: list[str], summary: str, sections: list[Any], gate: Any, closing: str, findings: str = ""
+) -> str:
     # Findings (outlying repetitions) come right after the targets: a stall must be seen before any median.
     lines = [f"# {title}", "", *header, "", summary, ""] + ([findings, ""] if findings else [])
     for s in sections:
@@ -187,8 +236,11 @@ def markdown(*, title: str, header: list[str], summary: str, sections: list[Any]
             lines += [n, ""]
     lines += ["## Correctness gate", ""]
     failed = [(r, c) for r, c, ok in gate.checks if not ok]
-    lines += [f"{len(gate.checks)} checks over {gate.runs} runs: "
-              + ("**all passed**." if not failed else f"**{len(failed)} FAILED**."), ""]
+    lines += [
+        f"{len(gate.checks)} checks over {gate.runs} runs: "
+        + ("**all passed**." if not failed else f"**{len(failed)} FAILED**."),
+        "",
+    ]
     for r, c in failed:
         lines.append(f"- FAILED: {r}: {c}")
     lines += ["", "<details><summary>Every check</summary>", ""]

@@ -8,7 +8,6 @@ names, each with its own tables. Timings come from the database rows each system
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -99,8 +98,13 @@ class System:
         """Run a few jobs through freshly started workers, so that start-up is not measured."""
         self.reset()
         self.load(max(8, 2 * slots), "noop")
-        wait_for(lambda: self.unfinished() == 0, timeout=120, interval=0.1,
-                 what=f"{self.name} workers to run their warm-up jobs", procs=procs)
+        wait_for(
+            lambda: self.unfinished() == 0,
+            timeout=120,
+            interval=0.1,
+            what=f"{self.name} workers to run their warm-up jobs",
+            procs=procs,
+        )
         self.reset()
 
 
@@ -127,8 +131,9 @@ class ReliableQ(System):
         else:
             reliableq.enqueue(self.KINDS[job], {}, queue=queue)
 
-    def enqueue_bulk(self, n: int, job: str = "noop", payload: dict[str, Any] | None = None, *,
-                     queue: str = QUEUE) -> None:
+    def enqueue_bulk(
+        self, n: int, job: str = "noop", payload: dict[str, Any] | None = None, *, queue: str = QUEUE
+    ) -> None:
         import reliableq
 
         with transaction.atomic():
@@ -154,8 +159,17 @@ class ReliableQ(System):
             """,
             params,
         )
-        return Outcome(total, succeeded, dead, unfinished, int(attempts), rows, open_rows,
-                       float(first_start or 0), float(last_finish or 0))
+        return Outcome(
+            total,
+            succeeded,
+            dead,
+            unfinished,
+            int(attempts),
+            rows,
+            open_rows,
+            float(first_start or 0),
+            float(last_finish or 0),
+        )
 
     def latencies(self) -> list[tuple[float, float]]:
         return [
@@ -169,13 +183,21 @@ class ReliableQ(System):
             )
         ]
 
-    def start_workers(self, procs: Procs, *, processes: int, concurrency: int, tag: str, queue: str = QUEUE,
-                      args: tuple[str, ...] = (), **env: Any) -> None:
+    def start_workers(
+        self,
+        procs: Procs,
+        *,
+        processes: int,
+        concurrency: int,
+        tag: str,
+        queue: str = QUEUE,
+        args: tuple[str, ...] = (),
+        **env: Any,
+    ) -> None:
         for i in range(processes):
             procs.manage(
                 f"{tag}-reliableq-{i}",
-                ["runworker", "--queues", queue, "--concurrency", str(concurrency), "--worker-id",
-                 f"{tag}-{i}", *args],
+                ["runworker", "--queues", queue, "--concurrency", str(concurrency), "--worker-id", f"{tag}-{i}", *args],
                 env=child_env(**env),
             )
 
@@ -235,16 +257,27 @@ class Procrastinate(System):
               FROM procrastinate_events
             """
         )
-        return Outcome(total, succeeded, dead, unfinished, int(attempts), started, 0,
-                       float(first_start or 0), float(last_finish or 0))
+        return Outcome(
+            total,
+            succeeded,
+            dead,
+            unfinished,
+            int(attempts),
+            started,
+            0,
+            float(first_start or 0),
+            float(last_finish or 0),
+        )
 
     def latencies(self) -> list[tuple[float, float]]:
         return [
             (float(s), float(f))
             for s, f in _all(
                 """
-                SELECT extract(epoch FROM min(at) FILTER (WHERE type = 'started') - min(at) FILTER (WHERE type = 'deferred')),
-                       extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') - min(at) FILTER (WHERE type = 'deferred'))
+                SELECT extract(epoch FROM min(at) FILTER (WHERE type = 'started')
+                                          - min(at) FILTER (WHERE type = 'deferred')),
+                       extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')
+                                          - min(at) FILTER (WHERE type = 'deferred'))
                   FROM procrastinate_events GROUP BY job_id
                 HAVING count(*) FILTER (WHERE type = 'succeeded') > 0
                 """
@@ -300,8 +333,12 @@ class TasksDB(System):
                 DBTaskResult.objects.bulk_create(
                     [
                         DBTaskResult(
-                            id=uuid.uuid4(), args_kwargs={"args": [], "kwargs": {}}, priority=task.priority,
-                            task_path=task.module_path, queue_name=task.queue_name, run_after=get_date_max(),
+                            id=uuid.uuid4(),
+                            args_kwargs={"args": [], "kwargs": {}},
+                            priority=task.priority,
+                            task_path=task.module_path,
+                            queue_name=task.queue_name,
+                            run_after=get_date_max(),
                             backend_name=self.BACKEND,
                         )
                         for _ in range(min(2000, n - start))
@@ -329,8 +366,9 @@ class TasksDB(System):
               FROM {self.table}
             """
         )
-        return Outcome(total, succeeded, dead, unfinished, started, started, 0,
-                       float(first_start or 0), float(last_finish or 0))
+        return Outcome(
+            total, succeeded, dead, unfinished, started, started, 0, float(first_start or 0), float(last_finish or 0)
+        )
 
     def latencies(self) -> list[tuple[float, float]]:
         return [
@@ -354,8 +392,19 @@ class TasksDB(System):
         for i in range(self.processes_for(processes, concurrency)):
             procs.manage(
                 f"{tag}-tasksdb-{i}",
-                ["db_worker", "--backend", self.BACKEND, "--queue-name", QUEUE, "--interval", "0.1",
-                 "--no-startup-delay", "--no-reload", "--worker-id", f"{tag}-{i}"],
+                [
+                    "db_worker",
+                    "--backend",
+                    self.BACKEND,
+                    "--queue-name",
+                    QUEUE,
+                    "--interval",
+                    "0.1",
+                    "--no-startup-delay",
+                    "--no-reload",
+                    "--worker-id",
+                    f"{tag}-{i}",
+                ],
                 env=child_env(**env),
             )
 

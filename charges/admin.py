@@ -31,7 +31,15 @@ class ChargeAdmin(admin.ModelAdmin):
     search_help_text = "An idempotency key, exactly (reliableq:charge:<job id> for the charge job)."
     ordering = ["-created_at"]
     show_full_result_count = False
-    readonly_fields = ["id", "idempotency_key", "amount", "currency", "description", "request_fingerprint", "created_at"]
+    readonly_fields = [
+        "id",
+        "idempotency_key",
+        "amount",
+        "currency",
+        "description",
+        "request_fingerprint",
+        "created_at",
+    ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

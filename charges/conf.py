@@ -1,9 +1,9 @@
 """The CHARGES settings dict (the charges app's own): defaults, lazy access, reload on setting_changed.
 
-    CHARGES = {
-        "SERVICE_URL": "http://127.0.0.1:8000",  # where the bundled charge job sends charges
-        "SERVICE_TOKEN": "",                     # DRF token it sends as Authorization: Token <key>
-    }
+CHARGES = {
+    "SERVICE_URL": "http://127.0.0.1:8000",  # where the bundled charge job sends charges
+    "SERVICE_TOKEN": "",                     # DRF token it sends as Authorization: Token <key>
+}
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ class Answer:
 class RedirectRefused(urllib.error.HTTPError):
     """A 3xx that RefuseRedirects did not follow; `location` is the absolute target."""
 
-    def __init__(self, req: urllib.request.Request, code: int, msg: str, headers: Message, fp: Any,
-                 *, location: str) -> None:
+    def __init__(
+        self, req: urllib.request.Request, code: int, msg: str, headers: Message, fp: Any, *, location: str
+    ) -> None:
         super().__init__(req.full_url, code, msg, headers, fp)
         self.location = location
 
@@ -52,8 +53,9 @@ class RedirectRefused(urllib.error.HTTPError):
 class RefuseRedirects(urllib.request.HTTPRedirectHandler):
     """Never follow a redirect: the request carries the service token, which only SERVICE_URL may see."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Message,
-                         newurl: str) -> urllib.request.Request | None:
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Message, newurl: str
+    ) -> urllib.request.Request | None:
         raise RedirectRefused(req, code, msg, headers, fp, location=newurl)
 
 
@@ -135,9 +137,7 @@ def _detail(body: str) -> str:
 
 
 def post_charge(job: ClaimedJob, *, base_url: str, token: str, timeout: float) -> Answer:
-    body = json.dumps(
-        {k: job.payload[k] for k in ("amount", "currency", "description") if k in job.payload}
-    ).encode()
+    body = json.dumps({k: job.payload[k] for k in ("amount", "currency", "description") if k in job.payload}).encode()
     headers = {"Content-Type": "application/json", "Idempotency-Key": job.idempotency_key}
     if token:
         headers["Authorization"] = f"Token {token}"

@@ -41,14 +41,18 @@ PATHS: dict[str, Any] = {
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("ChargeRequest")}}},
             "responses": {
                 "201": json_response("Created.", ref("Charge"), Location="/v1/charges/<id>"),
-                "200": json_response("The original charge for this key and body.", ref("Charge"), Location="/v1/charges/<id>"),
+                "200": json_response(
+                    "The original charge for this key and body.", ref("Charge"), Location="/v1/charges/<id>"
+                ),
                 "400": problem_response("Missing Idempotency-Key or invalid body."),
                 "409": problem_response("The key was used with another body."),
                 "413": problem_response("The body is larger than the server accepts."),
                 "415": problem_response("The body is not JSON."),
                 "503": problem_response("Unavailable (fault injection only)."),
                 "401": AUTH_ERRORS["401"],
-                "403": problem_response("Missing charges.add_charge, or the CSRF check failed (session authentication)."),
+                "403": problem_response(
+                    "Missing charges.add_charge, or the CSRF check failed (session authentication)."
+                ),
             },
         }
     },
@@ -56,7 +60,11 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "getCharge",
             "parameters": [ID_PARAM],
-            "responses": {"200": json_response("The charge.", ref("Charge")), "404": problem_response("No such charge."), **AUTH_ERRORS},
+            "responses": {
+                "200": json_response("The charge.", ref("Charge")),
+                "404": problem_response("No such charge."),
+                **AUTH_ERRORS,
+            },
         }
     },
 }

@@ -40,11 +40,13 @@ class ChargeListView(BaseAPIView):
         if not key:
             return problem(400, "The Idempotency-Key header is required.", code="idempotency_key_missing")
         if len(key) > MAX_KEY:
-            return problem(400, f"The Idempotency-Key header is limited to {MAX_KEY} characters.",
-                           code="idempotency_key_too_long")
+            return problem(
+                400, f"The Idempotency-Key header is limited to {MAX_KEY} characters.", code="idempotency_key_too_long"
+            )
         if "\x00" in key:
-            return problem(400, "The Idempotency-Key header cannot contain NUL characters.",
-                           code="idempotency_key_invalid")
+            return problem(
+                400, "The Idempotency-Key header cannot contain NUL characters.", code="idempotency_key_invalid"
+            )
         body = ChargeRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:

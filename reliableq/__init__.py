@@ -1,11 +1,11 @@
 """ReliableQ: a durable PostgreSQL job queue for Django.
 
-    import reliableq
+import reliableq
 
-    @reliableq.handler("email.welcome", max_attempts=5, timeout=30)
-    def send_welcome(job): ...
+@reliableq.handler("email.welcome", max_attempts=5, timeout=30)
+def send_welcome(job): ...
 
-    reliableq.enqueue("email.welcome", {"user_id": 7})
+reliableq.enqueue("email.welcome", {"user_id": 7})
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from .models import Job
 
 __all__ = [
-    "handler", "enqueue", "enqueue_many", "ReliableQError", "PermanentError", "TransientError", "UnknownKind",
+    "handler",
+    "enqueue",
+    "enqueue_many",
+    "ReliableQError",
+    "PermanentError",
+    "TransientError",
+    "UnknownKind",
     "InvalidJob",
 ]
 

@@ -14,8 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet, TextField
-from django.db.models.functions import Cast
-from django.db.models.functions import Now
+from django.db.models.functions import Cast, Now
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -42,7 +41,9 @@ def status_badge(status: str) -> str:
     return format_html(
         '<span class="rq-status rq-{}" style="color:#fff;background:{};padding:1px 6px;border-radius:3px;'
         'font-weight:bold;font-size:11px">{}</span>',
-        status.lower(), STATUS_COLOURS.get(status, "#000"), status,
+        status.lower(),
+        STATUS_COLOURS.get(status, "#000"),
+        status,
     )
 
 
@@ -135,7 +136,9 @@ class AttemptInline(admin.TabularInline):
 
     @admin.display(description="outcome")
     def outcome_badge(self, attempt: Attempt) -> str:
-        colour = "#2e7d32" if attempt.outcome == "SUCCEEDED" else "#b35900" if attempt.outcome == "RUNNING" else "#b71c1c"
+        colour = (
+            "#2e7d32" if attempt.outcome == "SUCCEEDED" else "#b35900" if attempt.outcome == "RUNNING" else "#b71c1c"
+        )
         return format_html('<strong style="color:{}">{}</strong>', colour, attempt.outcome)
 
     @admin.display(description="duration")
@@ -148,8 +151,16 @@ class AttemptInline(admin.TabularInline):
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = [
-        "short_id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "age",
-        "worker_id", "short_error",
+        "short_id",
+        "status_display",
+        "kind",
+        "queue",
+        "priority",
+        "attempts_display",
+        "run_at",
+        "age",
+        "worker_id",
+        "short_error",
     ]
     list_display_links = ["short_id"]
     list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter]
@@ -164,9 +175,25 @@ class JobAdmin(admin.ModelAdmin):
     inlines = [AttemptInline]
     change_form_template = "admin/reliableq/job/change_form.html"
     fields = (
-        "id", "status_display", "kind", "queue", "priority", "attempts_display", "run_at", "lease_token",
-        "lease_expires_at", "worker_id", "submitted_by", "dedupe_key", "effect_key", "effect_link", "last_error",
-        "payload_pretty", "created_at", "updated_at", "finished_at",
+        "id",
+        "status_display",
+        "kind",
+        "queue",
+        "priority",
+        "attempts_display",
+        "run_at",
+        "lease_token",
+        "lease_expires_at",
+        "worker_id",
+        "submitted_by",
+        "dedupe_key",
+        "effect_key",
+        "effect_link",
+        "last_error",
+        "payload_pretty",
+        "created_at",
+        "updated_at",
+        "finished_at",
     )
     readonly_fields = fields
 
@@ -189,8 +216,9 @@ class JobAdmin(admin.ModelAdmin):
 
     # The URL may filter only through the list's own filters: any other lookup (a payload key
     # with icontains, say) would be a full scan that anyone with view_job could start at will.
-    ALLOWED_LOOKUPS = frozenset({"status__exact", KindFilter.parameter_name, QueueFilter.parameter_name,
-                                 LeaseExpiredFilter.parameter_name})
+    ALLOWED_LOOKUPS = frozenset(
+        {"status__exact", KindFilter.parameter_name, QueueFilter.parameter_name, LeaseExpiredFilter.parameter_name}
+    )
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         return lookup in self.ALLOWED_LOOKUPS
@@ -199,7 +227,9 @@ class JobAdmin(admin.ModelAdmin):
         # No page shows a whole payload but the job's own, which reads it itself (payload_pretty).
         return super().get_queryset(request).defer("payload")
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[QuerySet[Job], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
         """Exact matches only, each served by an index: id, dedupe key, kind."""
         term = search_term.strip()
         if not term:
@@ -249,7 +279,7 @@ class JobAdmin(admin.ModelAdmin):
             text = json.dumps(json.loads(text), indent=2, sort_keys=True)
         except (RecursionError, ValueError):
             pass
-        return format_html("<pre style=\"margin:0\">{}</pre>", text)
+        return format_html('<pre style="margin:0">{}</pre>', text)
 
     @admin.display(description="effect")
     def effect_link(self, job: Job) -> str:
@@ -261,19 +291,28 @@ class JobAdmin(admin.ModelAdmin):
     @admin.action(description="Replay selected dead jobs", permissions=["replay"])
     def replay_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self._confirm_then(
-            request, queryset, action="replay_selected", needed=JobStatus.DEAD, verb="Replay",
+            request,
+            queryset,
+            action="replay_selected",
+            needed=JobStatus.DEAD,
+            verb="Replay",
             act=services.replay,
         )
 
     @admin.action(description="Cancel selected pending jobs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self._confirm_then(
-            request, queryset, action="cancel_selected", needed=JobStatus.PENDING, verb="Cancel",
+            request,
+            queryset,
+            action="cancel_selected",
+            needed=JobStatus.PENDING,
+            verb="Cancel",
             act=services.cancel,
         )
 
-    def _confirm_then(self, request: HttpRequest, queryset: QuerySet[Job], *, action: str, needed: str,
-                      verb: str, act: Any) -> HttpResponse | None:
+    def _confirm_then(
+        self, request: HttpRequest, queryset: QuerySet[Job], *, action: str, needed: str, verb: str, act: Any
+    ) -> HttpResponse | None:
         jobs = list(queryset.order_by("-created_at")[: MAX_SELECTION + 1])
         if len(jobs) > MAX_SELECTION:
             # "Select all N" over a large table would build a page listing every job.
@@ -288,18 +327,22 @@ class JobAdmin(admin.ModelAdmin):
         eligible = [j for j in jobs if j.status == needed]
         skipped = [j for j in jobs if j.status != needed]
         if request.POST.get("confirm") != "yes":
-            return TemplateResponse(request, "admin/reliableq/job/confirm_action.html", {
-                **self.admin_site.each_context(request),
-                "opts": self.model._meta,
-                "title": f"{verb} {len(eligible)} job(s)?",
-                "verb": verb,
-                "action": action,
-                "needed": needed,
-                "eligible": eligible,
-                "skipped": skipped,
-                "all_jobs": jobs,
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            })
+            return TemplateResponse(
+                request,
+                "admin/reliableq/job/confirm_action.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "opts": self.model._meta,
+                    "title": f"{verb} {len(eligible)} job(s)?",
+                    "verb": verb,
+                    "action": action,
+                    "needed": needed,
+                    "eligible": eligible,
+                    "skipped": skipped,
+                    "all_jobs": jobs,
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
         done = 0
         for job in eligible:
             try:
@@ -311,9 +354,7 @@ class JobAdmin(admin.ModelAdmin):
         if done:
             self.message_user(request, f"{verb}ed {done} job(s).".replace("Canceled", "Cancelled"), messages.SUCCESS)
         if skipped:
-            self.message_user(
-                request, f"Skipped {len(skipped)} job(s) that are not {needed}.", messages.WARNING
-            )
+            self.message_user(request, f"Skipped {len(skipped)} job(s) that are not {needed}.", messages.WARNING)
         return None
 
     def get_urls(self) -> list[Any]:
@@ -321,7 +362,9 @@ class JobAdmin(admin.ModelAdmin):
             path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one), name="reliableq_job_replay"),
         ] + super().get_urls()
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
         extra = dict(extra_context or {})
         job = self.get_object(request, object_id)
         extra["can_replay"] = bool(job and job.status == JobStatus.DEAD and self.has_replay_permission(request))
@@ -371,17 +414,25 @@ class QueueDashboardAdmin(admin.ModelAdmin):
             raise PermissionDenied
         snapshot = stats.snapshot()
         jobs_url = reverse("admin:reliableq_job_changelist")
-        return TemplateResponse(request, "admin/reliableq/queuedashboard/dashboard.html", {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": "Queue dashboard",
-            "snapshot": snapshot,
-            "statuses": [(s, snapshot["by_status"][s], status_badge(s), f"{jobs_url}?status__exact={s}")
-                         for s in JobStatus.values],
-            "kinds": sorted(snapshot["by_kind"].items()),
-            "status_names": JobStatus.values,
-            "dead_url": f"{jobs_url}?status__exact=DEAD",
-            "expired_url": f"{jobs_url}?lease=expired",
-            "last_hour": stats.last_hour(),
-            "chart_panels": charts.panels(stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()),
-        })
+        return TemplateResponse(
+            request,
+            "admin/reliableq/queuedashboard/dashboard.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "title": "Queue dashboard",
+                "snapshot": snapshot,
+                "statuses": [
+                    (s, snapshot["by_status"][s], status_badge(s), f"{jobs_url}?status__exact={s}")
+                    for s in JobStatus.values
+                ],
+                "kinds": sorted(snapshot["by_kind"].items()),
+                "status_names": JobStatus.values,
+                "dead_url": f"{jobs_url}?status__exact=DEAD",
+                "expired_url": f"{jobs_url}?lease=expired",
+                "last_hour": stats.last_hour(),
+                "chart_panels": charts.panels(
+                    stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()
+                ),
+            },
+        )

@@ -144,8 +144,9 @@ def task_error(text: str) -> TaskError | None:
         path, _, rest = rest.partition(": ")
         return TaskError(exception_class_path=path, traceback=rest)
     # Not raised by the task itself (a timeout, a lost lease): name what the queue saw.
-    return TaskError(exception_class_path=f"reliableq.errors.{head}" if head.isidentifier() else "builtins.Exception",
-                     traceback=text)
+    return TaskError(
+        exception_class_path=f"reliableq.errors.{head}" if head.isidentifier() else "builtins.Exception", traceback=text
+    )
 
 
 @registry.handler(KIND, keep_return=True)
@@ -173,4 +174,3 @@ def run_task(job: Any) -> Any:
         raise TaskFailed(f"{kind.__module__}.{kind.__qualname__}: {exc}\n{trace}") from None
     task_finished.send(type(backend), task_result=result)
     return value
-

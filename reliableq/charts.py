@@ -103,8 +103,9 @@ def _frame(count: int, top_value: float) -> tuple[float, float, list[Tick]]:
     """The width of one minute's slot, the scale (units per value) and the value axis' ticks."""
     slot = (WIDTH - LEFT - RIGHT) / max(count, 1)
     scale = (HEIGHT - TOP - BOTTOM) / top_value
-    ticks = [Tick(position=round(HEIGHT - BOTTOM - v * scale, 1), label=_number(v))
-             for v in (0.0, top_value / 2, top_value)]
+    ticks = [
+        Tick(position=round(HEIGHT - BOTTOM - v * scale, 1), label=_number(v)) for v in (0.0, top_value / 2, top_value)
+    ]
     return slot, scale, ticks
 
 
@@ -132,13 +133,31 @@ def finished_chart(minutes: Sequence[FinishedMinute]) -> TimeChart:
                 continue
             height = n * scale
             base -= height
-            bars.append(Rect(
-                x=round(LEFT + i * slot + gap / 2, 1), y=round(base, 1), width=round(slot - gap, 1),
-                height=round(height, 1), series=status.lower(), title=f"{hhmm(minute.minute)}: {n} {status}",
-            ))
+            bars.append(
+                Rect(
+                    x=round(LEFT + i * slot + gap / 2, 1),
+                    y=round(base, 1),
+                    width=round(slot - gap, 1),
+                    height=round(height, 1),
+                    series=status.lower(),
+                    title=f"{hhmm(minute.minute)}: {n} {status}",
+                )
+            )
     x_ticks = _time_ticks([m.minute for m in minutes], slot, centred=True)
-    return TimeChart(width=WIDTH, height=HEIGHT, left=LEFT, right=WIDTH - RIGHT, top=TOP, bottom=HEIGHT - BOTTOM,
-                     label_x=LEFT - 6, y_ticks=y_ticks, x_ticks=x_ticks, bars=bars, line="", area="")
+    return TimeChart(
+        width=WIDTH,
+        height=HEIGHT,
+        left=LEFT,
+        right=WIDTH - RIGHT,
+        top=TOP,
+        bottom=HEIGHT - BOTTOM,
+        label_x=LEFT - 6,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        bars=bars,
+        line="",
+        area="",
+    )
 
 
 def backlog_chart(points: Sequence[BacklogPoint]) -> TimeChart:
@@ -150,11 +169,32 @@ def backlog_chart(points: Sequence[BacklogPoint]) -> TimeChart:
     line = " ".join(f"{x},{y}" for x, y in xy)
     area = f"{xy[0][0]},{base} {line} {xy[-1][0]},{base}" if xy else ""
     # Each minute gets an invisible full-height column whose tooltip tells its value.
-    columns = [Rect(x=round(LEFT + i * slot, 1), y=TOP, width=round(slot, 1), height=base - TOP, series="hover",
-                    title=f"{hhmm(p.minute)}: {p.waiting} waiting") for i, p in enumerate(points)]
+    columns = [
+        Rect(
+            x=round(LEFT + i * slot, 1),
+            y=TOP,
+            width=round(slot, 1),
+            height=base - TOP,
+            series="hover",
+            title=f"{hhmm(p.minute)}: {p.waiting} waiting",
+        )
+        for i, p in enumerate(points)
+    ]
     x_ticks = _time_ticks([p.minute for p in points], slot, centred=False)
-    return TimeChart(width=WIDTH, height=HEIGHT, left=LEFT, right=WIDTH - RIGHT, top=TOP, bottom=base,
-                     label_x=LEFT - 6, y_ticks=y_ticks, x_ticks=x_ticks, bars=columns, line=line, area=area)
+    return TimeChart(
+        width=WIDTH,
+        height=HEIGHT,
+        left=LEFT,
+        right=WIDTH - RIGHT,
+        top=TOP,
+        bottom=base,
+        label_x=LEFT - 6,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        bars=columns,
+        line=line,
+        area=area,
+    )
 
 
 def duration_chart(kinds: Sequence[KindDuration]) -> DurationChart:
@@ -166,15 +206,27 @@ def duration_chart(kinds: Sequence[KindDuration]) -> DurationChart:
         y = TOP + i * ROW
         short = k.kind if len(k.kind) <= MAX_KIND_CHARS else k.kind[: MAX_KIND_CHARS - 1] + "…"
         width = max(1.0, k.p95_seconds / top_value * room)
-        rows.append(DurationRow(
-            kind=short, full_kind=k.kind, y=round(y + ROW * 0.65, 1), value=seconds(k.p95_seconds),
-            value_x=round(LABEL_WIDTH + width + 6, 1),
-            attempts=k.attempts,
-            bar=Rect(x=LABEL_WIDTH, y=round(y + 4, 1), width=round(width, 1), height=ROW - 8, series="duration",
-                     title=f"{k.kind}: p95 {seconds(k.p95_seconds)} over {attempts(k.attempts)}"),
-        ))
-    return DurationChart(width=WIDTH, height=TOP * 2 + max(len(rows), 1) * ROW, bar_left=LABEL_WIDTH,
-                         label_x=LABEL_WIDTH - 8, rows=rows)
+        rows.append(
+            DurationRow(
+                kind=short,
+                full_kind=k.kind,
+                y=round(y + ROW * 0.65, 1),
+                value=seconds(k.p95_seconds),
+                value_x=round(LABEL_WIDTH + width + 6, 1),
+                attempts=k.attempts,
+                bar=Rect(
+                    x=LABEL_WIDTH,
+                    y=round(y + 4, 1),
+                    width=round(width, 1),
+                    height=ROW - 8,
+                    series="duration",
+                    title=f"{k.kind}: p95 {seconds(k.p95_seconds)} over {attempts(k.attempts)}",
+                ),
+            )
+        )
+    return DurationChart(
+        width=WIDTH, height=TOP * 2 + max(len(rows), 1) * ROW, bar_left=LABEL_WIDTH, label_x=LABEL_WIDTH - 8, rows=rows
+    )
 
 
 def seconds(value: float) -> str:
@@ -197,24 +249,30 @@ def finished_summary(minutes: Sequence[FinishedMinute]) -> str:
         return "No job finished in the last hour."
     busiest = max(minutes, key=lambda m: sum(m.counts.values()))
     parts = ", ".join(f"{n} {s}" for s, n in totals.items())
-    return (f"In the last hour: {parts}. The busiest minute, {hhmm(busiest.minute)}, "
-            f"finished {sum(busiest.counts.values())}.")
+    return (
+        f"In the last hour: {parts}. The busiest minute, {hhmm(busiest.minute)}, "
+        f"finished {sum(busiest.counts.values())}."
+    )
 
 
 def backlog_summary(points: Sequence[BacklogPoint]) -> str:
     if not points:
         return "No backlog data."
     peak = max(points, key=lambda p: p.waiting)
-    return (f"Waiting now: {points[-1].waiting}. Highest in the last hour: {peak.waiting} at {hhmm(peak.minute)}; "
-            f"lowest: {min(p.waiting for p in points)}.")
+    return (
+        f"Waiting now: {points[-1].waiting}. Highest in the last hour: {peak.waiting} at {hhmm(peak.minute)}; "
+        f"lowest: {min(p.waiting for p in points)}."
+    )
 
 
 def duration_summary(kinds: Sequence[KindDuration]) -> str:
     if not kinds:
         return "No attempt finished in the last hour."
-    return "p95 handler duration: " + "; ".join(f"{k.kind} {seconds(k.p95_seconds)} ({attempts(k.attempts)})"
-                                                 for k in kinds) + "."
-
+    return (
+        "p95 handler duration: "
+        + "; ".join(f"{k.kind} {seconds(k.p95_seconds)} ({attempts(k.attempts)})" for k in kinds)
+        + "."
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,31 +288,38 @@ class Panel:
     rows: list[list[str]]
 
 
-def panels(finished: Sequence[FinishedMinute], backlog: Sequence[BacklogPoint],
-           durations: Sequence[KindDuration]) -> list[Panel]:
+def panels(
+    finished: Sequence[FinishedMinute], backlog: Sequence[BacklogPoint], durations: Sequence[KindDuration]
+) -> list[Panel]:
     """The dashboard's three charts, ready for the template."""
     return [
         Panel(
-            slug="finished", title="Jobs finished per minute",
+            slug="finished",
+            title="Jobs finished per minute",
             caption="Jobs that reached SUCCEEDED, DEAD or CANCELLED in each minute of the last hour, "
-                    "stacked by that status (a replayed job counts again when it finishes again).",
-            summary=finished_summary(finished), chart=finished_chart(finished),
+            "stacked by that status (a replayed job counts again when it finishes again).",
+            summary=finished_summary(finished),
+            chart=finished_chart(finished),
             headers=["minute", *FINISHED_STATUSES],
             rows=[[hhmm(m.minute), *(str(m.counts.get(s, 0)) for s in FINISHED_STATUSES)] for m in finished],
         ),
         Panel(
-            slug="backlog", title="Backlog",
+            slug="backlog",
+            title="Backlog",
             caption="Due jobs waiting for their first attempt at the end of each minute, rebuilt from each "
-                    "job's due time and its first attempt's start (jobs waiting to retry are not counted).",
-            summary=backlog_summary(backlog), chart=backlog_chart(backlog),
+            "job's due time and its first attempt's start (jobs waiting to retry are not counted).",
+            summary=backlog_summary(backlog),
+            chart=backlog_chart(backlog),
             headers=["minute", "waiting"],
             rows=[[hhmm(p.minute), str(p.waiting)] for p in backlog],
         ),
         Panel(
-            slug="durations", title="p95 handler duration by kind",
+            slug="durations",
+            title="p95 handler duration by kind",
             caption="The 95th percentile of how long each kind's handler ran, over the attempts started in "
-                    "the last hour that have finished (attempts whose worker went away are left out).",
-            summary=duration_summary(durations), chart=duration_chart(durations),
+            "the last hour that have finished (attempts whose worker went away are left out).",
+            summary=duration_summary(durations),
+            chart=duration_chart(durations),
             headers=["kind", "p95", "attempts"],
             rows=[[k.kind, seconds(k.p95_seconds), str(k.attempts)] for k in durations],
         ),

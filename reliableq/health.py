@@ -16,7 +16,9 @@ def problems() -> list[str]:
             cursor.execute("SELECT 1")
         if not _migrated:
             executor = MigrationExecutor(connection)
-            pending = [m for m, _ in executor.migration_plan(executor.loader.graph.leaf_nodes()) if m.app_label == "reliableq"]
+            pending = [
+                m for m, _ in executor.migration_plan(executor.loader.graph.leaf_nodes()) if m.app_label == "reliableq"
+            ]
             if pending:
                 return [f"{len(pending)} ReliableQ migration(s) not applied: run manage.py migrate"]
             _migrated = True

@@ -29,7 +29,8 @@ def histograms() -> dict[str, tuple[list[int], float, int]]:
             SELECT kind, {bucket_sql}, COALESCE(sum(d), 0), count(*)
               FROM (SELECT j.kind, EXTRACT(EPOCH FROM a.finished_at - a.started_at)::float8 AS d
                       FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
-                     WHERE a.finished_at IS NOT NULL AND a.outcome IN ('SUCCEEDED', 'FAILED_TRANSIENT', 'FAILED_PERMANENT')
+                     WHERE a.finished_at IS NOT NULL
+                       AND a.outcome IN ('SUCCEEDED', 'FAILED_TRANSIENT', 'FAILED_PERMANENT')
                    ) durations
              GROUP BY kind
             """
@@ -72,7 +73,7 @@ class QueueCollector(Collector):
             "reliableq_handler_duration_seconds", "Handler run time of finished attempts, by kind.", labels=["kind"]
         )
         for kind, (cumulative, total, count) in sorted(histograms().items()):
-            buckets = [(str(b), c) for b, c in zip(BUCKETS, cumulative)] + [("+Inf", count)]
+            buckets = [(str(b), c) for b, c in zip(BUCKETS, cumulative, strict=True)] + [("+Inf", count)]
             durations.add_metric([kind], buckets, total)
         yield durations
 

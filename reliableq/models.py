@@ -113,9 +113,7 @@ class Job(models.Model):
         ]
         constraints = [
             models.UniqueConstraint(fields=["dedupe_scope", "dedupe_key"], name="reliableq_job_dedupe_unique"),
-            models.CheckConstraint(
-                condition=Q(status__in=JobStatus.values), name="reliableq_job_status_valid"
-            ),
+            models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="reliableq_job_status_valid"),
             models.CheckConstraint(
                 condition=Q(status="RUNNING", lease_token__isnull=False)
                 | (~Q(status="RUNNING") & Q(lease_token__isnull=True)),

@@ -82,9 +82,7 @@ _BARE = [
     # would also start one after each "-" inside a run ("eyJ-eyJ-..."), and each start would scan the
     # rest of the run again. Segments cannot hold ".", so a text splits into them one way only. The
     # optional fourth and fifth segments must not be empty, so a full stop after a token stays.
-    re.compile(
-        r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+){0,2}"
-    ),
+    re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+){0,2}"),
 ]
 
 
@@ -137,15 +135,15 @@ def shorten_paths(text: str) -> str:
         if not (path.startswith("/") or _WINDOWS_ABSOLUTE.match(path)):
             return match.group(0)
         last: re.Match[str] | None = None
-        for last in _PACKAGES_DIR.finditer(path):
-            pass
+        for found in _PACKAGES_DIR.finditer(path):
+            last = found  # the nearest packages directory is the last one in the path
         if last is not None and last.end() < len(path):
-            return match.group(1) + path[last.end():]
+            return match.group(1) + path[last.end() :]
         if roots is None:
             roots = _roots()
         for root in roots:
             if path.startswith(root) and len(path) > len(root):
-                return match.group(1) + path[len(root):]
+                return match.group(1) + path[len(root) :]
         return match.group(1) + re.split(r"[\\/]", path)[-1]
 
     return _FILE_LINE.sub(short, text)

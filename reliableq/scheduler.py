@@ -13,8 +13,8 @@ import logging
 from django.db import connection
 
 from . import registry, services
-from .cron import next_slot
 from .conf import reliableq_settings
+from .cron import next_slot
 from .models import Job
 
 logger = logging.getLogger("reliableq.scheduler")

@@ -46,7 +46,13 @@ def queues(limit: int | None = None) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-FAILED = (Outcome.FAILED_TRANSIENT, Outcome.FAILED_PERMANENT, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED, Outcome.LEASE_LOST)
+FAILED = (
+    Outcome.FAILED_TRANSIENT,
+    Outcome.FAILED_PERMANENT,
+    Outcome.TIMED_OUT,
+    Outcome.LEASE_EXPIRED,
+    Outcome.LEASE_LOST,
+)
 
 
 def last_hour() -> dict[str, int]:

@@ -18,6 +18,16 @@ except ImportError:  # Django 5.2: pip install django-tasks
     from django_tasks.utils import normalize_json  # type: ignore[assignment, no-redef, unused-ignore]
 
 __all__ = [
-    "BaseTaskBackend", "Task", "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist",
-    "TaskResultStatus", "normalize_json", "task_backends", "task_enqueued", "task_finished", "task_started",
+    "BaseTaskBackend",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "normalize_json",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
 ]

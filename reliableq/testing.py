@@ -54,10 +54,17 @@ def run_due(queues: Sequence[str] | None = None, *, limit: int = 100, lease_seco
     for job in claimed:
         result = executor.run_attempt(job)
         leases.finish([result.finish])
-        ran.append(Ran(
-            job_id=job.id, kind=job.kind, attempt=job.attempt, outcome=result.finish.outcome,
-            status=result.finish.status, error=result.finish.error, return_value=result.value,
-        ))
+        ran.append(
+            Ran(
+                job_id=job.id,
+                kind=job.kind,
+                attempt=job.attempt,
+                outcome=result.finish.outcome,
+                status=result.finish.status,
+                error=result.finish.error,
+                return_value=result.value,
+            )
+        )
     return ran
 
 

@@ -10,15 +10,21 @@ from rest_framework.authtoken.models import Token
 # What the charge job's service account and a submitting client hold in the demo.
 CLIENT_PERMISSIONS = ("reliableq.submit_job", "reliableq.view_job", "charges.add_charge", "charges.view_charge")
 # What the tour's operator holds: watch, replay and cancel jobs, pause queues, read charges. Not a superuser.
-OPERATOR_PERMISSIONS = ("reliableq.view_job", "reliableq.replay_job", "reliableq.cancel_job", "reliableq.pause_queue",
-                        "charges.view_charge")
+OPERATOR_PERMISSIONS = (
+    "reliableq.view_job",
+    "reliableq.replay_job",
+    "reliableq.cancel_job",
+    "reliableq.pause_queue",
+    "charges.view_charge",
+)
 
 
 def grant(user: User, *perms: str) -> User:
     """Give `user` these "app_label.codename" permissions (an unknown one is an error, not a silent no-op)."""
     wanted = {tuple(perm.split(".", 1)) for perm in perms}
-    found = [p for p in Permission.objects.select_related("content_type")
-             if (p.content_type.app_label, p.codename) in wanted]
+    found = [
+        p for p in Permission.objects.select_related("content_type") if (p.content_type.app_label, p.codename) in wanted
+    ]
     if len(found) != len(wanted):
         missing = wanted - {(p.content_type.app_label, p.codename) for p in found}
         raise LookupError(f"No such permission(s): {sorted('.'.join(m) for m in missing)}")

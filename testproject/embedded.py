@@ -13,7 +13,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("TESTPROJECT_PGDATA") or ROOT / ".pgdata" / "embedded")
 

@@ -55,26 +55,30 @@ class PgBouncer:
         server = f"host={host}" + (f" port={database['PORT']}" if database.get("PORT") else "")
         user = database.get("USER") or "postgres"
         config = folder / "pgbouncer.ini"
-        config.write_text("\n".join([
-            "[databases]",
-            f"* = {server} user={user}",
-            "[pgbouncer]",
-            "listen_addr = 127.0.0.1",
-            f"listen_port = {port}",
-            "unix_socket_dir =",
-            "auth_type = any",  # loopback only; the server behind it decides
-            "pool_mode = transaction",
-            f"default_pool_size = {pool_size}",
-            "min_pool_size = 0",
-            "reserve_pool_size = 0",
-            f"max_client_conn = {max_client_conn}",
-            "server_reset_query =",
-            "ignore_startup_parameters = extra_float_digits,options,application_name",
-            "log_connections = 0",
-            "log_disconnections = 0",
-            "admin_users = " + user,
-            "",
-        ]))
+        config.write_text(
+            "\n".join(
+                [
+                    "[databases]",
+                    f"* = {server} user={user}",
+                    "[pgbouncer]",
+                    "listen_addr = 127.0.0.1",
+                    f"listen_port = {port}",
+                    "unix_socket_dir =",
+                    "auth_type = any",  # loopback only; the server behind it decides
+                    "pool_mode = transaction",
+                    f"default_pool_size = {pool_size}",
+                    "min_pool_size = 0",
+                    "reserve_pool_size = 0",
+                    f"max_client_conn = {max_client_conn}",
+                    "server_reset_query =",
+                    "ignore_startup_parameters = extra_float_digits,options,application_name",
+                    "log_connections = 0",
+                    "log_disconnections = 0",
+                    "admin_users = " + user,
+                    "",
+                ]
+            )
+        )
         config.chmod(0o644)
         argv = [BINARY, str(config)]
         if os.geteuid() == 0:
@@ -85,8 +89,7 @@ class PgBouncer:
         # Its log goes to a file we hold open (a pipe nobody reads would fill and stall it).
         with (folder / "pgbouncer.log").open("wb") as log:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        bouncer = cls(process=process, port=port, dbname=database.get("NAME") or "postgres", user=user,
-                      folder=folder)
+        bouncer = cls(process=process, port=port, dbname=database.get("NAME") or "postgres", user=user, folder=folder)
         bouncer._wait_ready()
         return bouncer
 

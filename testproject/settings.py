@@ -103,8 +103,10 @@ STATIC_URL = "static/"
 # reads the apps' static folders instead, so the admin is styled either way.
 STATIC_ROOT = BASE_DIR / "staticfiles"
 if find_spec("whitenoise"):
-    MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
-                      "whitenoise.middleware.WhiteNoiseMiddleware")
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+        "whitenoise.middleware.WhiteNoiseMiddleware",
+    )
     WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
     # WhiteNoise warns about a missing STATIC_ROOT, and the tests turn warnings into errors.
     STATIC_ROOT.mkdir(exist_ok=True)
@@ -127,7 +129,9 @@ RELIABLEQ = {key: _from_env(key, default) for key, default in DEFAULTS.items()}
 # The charges app's own settings, from the environment as CHARGES_<KEY> (CHARGES_SERVICE_URL,
 # CHARGES_SERVICE_TOKEN); a key left unset takes the app's default. (Not read from charges.conf,
 # so that settings_without_charges never imports the app.)
-CHARGES = {key: os.environ[f"CHARGES_{key}"] for key in ("SERVICE_URL", "SERVICE_TOKEN") if f"CHARGES_{key}" in os.environ}
+CHARGES = {
+    key: os.environ[f"CHARGES_{key}"] for key in ("SERVICE_URL", "SERVICE_TOKEN") if f"CHARGES_{key}" in os.environ
+}
 
 LOGGING = {
     "version": 1,

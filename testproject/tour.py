@@ -37,17 +37,35 @@ class Batch:
 # dies, and a replay (which grants the kind's budget again) succeeds on attempt 4, as a job does
 # once the provider that was down is back.
 BATCHES = [
-    Batch(kind="test.flaky", max_attempts=3, why="DEAD after 3 failed attempts; a replay succeeds",
-          payloads=[{"failures": 3, "order": 1001, "note": "the payment provider was down"},
-                    {"failures": 3, "order": 1002, "note": "the payment provider was down"}]),
-    Batch(kind="test.always_fails", why="DEAD after 3 attempts; a replay fails again",
-          payloads=[{"order": 1003, "note": "a bug no retry fixes"}]),
-    Batch(kind="test.permanent", why="DEAD at once: PermanentError, its secret redacted from the error",
-          payloads=[{"order": 1004}]),
-    Batch(kind="test.flaky", why="SUCCEEDED on the second attempt",
-          payloads=[{"failures": 1, "order": 1005}, {"failures": 1, "order": 1006}]),
-    Batch(kind="test.sleep", why="SUCCEEDED after 0.2 to 0.8 s (the dashboard's p95)",
-          payloads=[{"seconds": s} for s in (0.2, 0.4, 0.6, 0.8)]),
+    Batch(
+        kind="test.flaky",
+        max_attempts=3,
+        why="DEAD after 3 failed attempts; a replay succeeds",
+        payloads=[
+            {"failures": 3, "order": 1001, "note": "the payment provider was down"},
+            {"failures": 3, "order": 1002, "note": "the payment provider was down"},
+        ],
+    ),
+    Batch(
+        kind="test.always_fails",
+        why="DEAD after 3 attempts; a replay fails again",
+        payloads=[{"order": 1003, "note": "a bug no retry fixes"}],
+    ),
+    Batch(
+        kind="test.permanent",
+        why="DEAD at once: PermanentError, its secret redacted from the error",
+        payloads=[{"order": 1004}],
+    ),
+    Batch(
+        kind="test.flaky",
+        why="SUCCEEDED on the second attempt",
+        payloads=[{"failures": 1, "order": 1005}, {"failures": 1, "order": 1006}],
+    ),
+    Batch(
+        kind="test.sleep",
+        why="SUCCEEDED after 0.2 to 0.8 s (the dashboard's p95)",
+        payloads=[{"seconds": s} for s in (0.2, 0.4, 0.6, 0.8)],
+    ),
     Batch(kind="demo.noop", why="SUCCEEDED", payloads=[{"n": n} for n in range(12)]),
 ]
 

@@ -40,12 +40,16 @@ def main() -> None:
         "api job": client.get(f"/v1/jobs/{job.id}").status_code,
         "charges route": client.get("/v1/charges/x").status_code,
     }
-    print(json.dumps({
-        "answers": answers,
-        "schema_mentions_charges": "charge" in schema.content.decode().lower(),
-        "charge_kind_registered": "charge" in registry.kinds(),
-        "charges_imported": sorted(m for m in sys.modules if m == "charges" or m.startswith("charges.")),
-    }))
+    print(
+        json.dumps(
+            {
+                "answers": answers,
+                "schema_mentions_charges": "charge" in schema.content.decode().lower(),
+                "charge_kind_registered": "charge" in registry.kinds(),
+                "charges_imported": sorted(m for m in sys.modules if m == "charges" or m.startswith("charges.")),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

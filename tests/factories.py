@@ -35,6 +35,9 @@ class RunningJobFactory(JobFactory):
     def attempt(obj: Job, create: bool, extracted: object, **kwargs: object) -> None:
         if create:
             Attempt.objects.create(
-                job=obj, number=obj.attempts, worker_id=obj.worker_id, lease_token=obj.lease_token,
+                job=obj,
+                number=obj.attempts,
+                worker_id=obj.worker_id,
+                lease_token=obj.lease_token,
                 outcome=Outcome.RUNNING,
             )

@@ -50,8 +50,11 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     def wait_for_output(self, text: str, *, timeout: float = 30.0) -> None:
-        wait_until(lambda: text in self.output() or self.proc.poll() is not None and text in self.output(),
-                   timeout=timeout, what=f"{text!r} in the log of worker {self.pid}:\n{self.output()[-3000:]}")
+        wait_until(
+            lambda: text in self.output() or self.proc.poll() is not None and text in self.output(),
+            timeout=timeout,
+            what=f"{text!r} in the log of worker {self.pid}:\n{self.output()[-3000:]}",
+        )
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
@@ -60,7 +63,9 @@ class WorkerProcess:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.pid} still running after {timeout}s:\n{self.output()[-3000:]}") from None
+            raise AssertionError(
+                f"worker {self.pid} still running after {timeout}s:\n{self.output()[-3000:]}"
+            ) from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -42,8 +42,14 @@ def test_a_test_run_that_starts_the_embedded_postgresql_stops_it_and_everything_
     marker = f"TESTPROJECT_PGDATA={data_dir}"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RELIABLEQ_TEST_DB")}
     env["TESTPROJECT_PGDATA"] = str(data_dir)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SAMPLE],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SAMPLE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (data_dir / "PG_VERSION").exists(), "the run did start a server of its own"
 

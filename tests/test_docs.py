@@ -45,13 +45,30 @@ def relative_links(markdown_file: Path) -> list[str]:
 def test_the_docs_build_with_warnings_as_errors(tmp_path: Path) -> None:
     site = tmp_path / "site"
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict",
-         "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
-    for page in ("index.html", "tutorial/index.html", "reference/settings/index.html",
-                 "explanation/guarantee/index.html", "benchmarks/index.html"):
+    for page in (
+        "index.html",
+        "tutorial/index.html",
+        "reference/settings/index.html",
+        "explanation/guarantee/index.html",
+        "benchmarks/index.html",
+    ):
         assert (site / page).is_file(), page
 
 

@@ -17,17 +17,23 @@ from .helpers import Section, env, fmt_pct, table
 from .registry import scenario
 
 
-@scenario("ceilings", title="Ceilings: PostgreSQL's own limit and bare Python's",
-          knobs=("reps", "seconds", "min_jobs", "fleet"), needs=("throughput",))  # stated as fractions of the fleet
+@scenario(
+    "ceilings",
+    title="Ceilings: PostgreSQL's own limit and bare Python's",
+    knobs=("reps", "seconds", "min_jobs", "fleet"),
+    needs=("throughput",),
+)  # stated as fractions of the fleet
 def ceilings(bench: Bench, s: Section) -> None:
     fp, fc = bench.p.fleet
-    s.intro = (f"The same claim and finish statements that the worker sends (captured from `reliableq.leases` at "
-               f"run time), with the fleet's {fp} client(s) and batches of {fc} (the worker's concurrency, the "
-               "largest claim it makes), in the same transactions: the claim as one autocommit statement "
-               "(the worker's periodic rescue, once per POLL_SECONDS, is left out), the finish in BEGIN ... "
-               "COMMIT. pgbench: both in a script, `-M prepared`, the batch's ids passed with `\\gset`. Bare "
-               "loop: one Python process per client, psycopg only (no Django, threads or handlers), claim "
-               "then finish.")
+    s.intro = (
+        f"The same claim and finish statements that the worker sends (captured from `reliableq.leases` at "
+        f"run time), with the fleet's {fp} client(s) and batches of {fc} (the worker's concurrency, the "
+        "largest claim it makes), in the same transactions: the claim as one autocommit statement "
+        "(the worker's periodic rescue, once per POLL_SECONDS, is left out), the finish in BEGIN ... "
+        "COMMIT. pgbench: both in a script, `-M prepared`, the batch's ids passed with `\\gset`. Bare "
+        "loop: one Python process per client, psycopg only (no Django, threads or handlers), claim "
+        "then finish."
+    )
     bench.rq.reset()
     spec = ceiling_sql.capture(QUEUE)
     statements = ceiling_sql.write_statements(spec, bench.out / "statements.json")
@@ -48,24 +54,37 @@ def ceilings(bench: Bench, s: Section) -> None:
         return f"{cycle_ms(rates.median)} ({cycle_ms(rates.high)}–{cycle_ms(rates.low)})"
 
     rows = [
-        ["pgbench (PostgreSQL's limit for this SQL)", pg.text(), cycle_ms_range(pg),
-         fmt_pct(ratio(fleet.median, pg.median))],
-        ["bare psycopg loop (Python's limit)", bare.text(), cycle_ms_range(bare),
-         fmt_pct(ratio(fleet.median, bare.median))],
+        [
+            "pgbench (PostgreSQL's limit for this SQL)",
+            pg.text(),
+            cycle_ms_range(pg),
+            fmt_pct(ratio(fleet.median, pg.median)),
+        ],
+        [
+            "bare psycopg loop (Python's limit)",
+            bare.text(),
+            cycle_ms_range(bare),
+            fmt_pct(ratio(fleet.median, bare.median)),
+        ],
         [f"ReliableQ fleet {fp} x {fc}", fleet.text(), cycle_ms_range(fleet), "100%"],
     ]
-    s.tables.append(table(["ceiling", "jobs/s", f"ms per {fc}-job cycle per connection",
-                           "ReliableQ as a fraction"], rows))
-    s.notes.append(f"Per cycle and connection: pgbench {cycle_ms(pg.median)} ms, the bare loop "
-                   f"{cycle_ms(bare.median)} ms, the ReliableQ worker {cycle_ms(fleet.median)} ms, for four round "
-                   "trips each (the claim; BEGIN, the fenced finish, COMMIT). What the worker adds to the bare loop "
-                   "is Django's cursor layer, the hand-offs to and from its handler threads and one INFO log line "
-                   "per claim and per success; what the bare loop adds to pgbench is Python and psycopg (client-side "
-                   "binding, decoding rows). A fraction near or above 100% means the fleet is bound by the same "
-                   "round trips as the ceiling, within run-to-run noise (see the ranges).")
-    s.notes.append(f"The pgbench script is `{script.name}` and the captured statements `{statements.name}` in this "
-                   "folder. The ceilings always claim full batches; the worker claims into the slots that are "
-                   "free, which is what it must do.")
+    s.tables.append(
+        table(["ceiling", "jobs/s", f"ms per {fc}-job cycle per connection", "ReliableQ as a fraction"], rows)
+    )
+    s.notes.append(
+        f"Per cycle and connection: pgbench {cycle_ms(pg.median)} ms, the bare loop "
+        f"{cycle_ms(bare.median)} ms, the ReliableQ worker {cycle_ms(fleet.median)} ms, for four round "
+        "trips each (the claim; BEGIN, the fenced finish, COMMIT). What the worker adds to the bare loop "
+        "is Django's cursor layer, the hand-offs to and from its handler threads and one INFO log line "
+        "per claim and per success; what the bare loop adds to pgbench is Python and psycopg (client-side "
+        "binding, decoding rows). A fraction near or above 100% means the fleet is bound by the same "
+        "round trips as the ceiling, within run-to-run noise (see the ranges)."
+    )
+    s.notes.append(
+        f"The pgbench script is `{script.name}` and the captured statements `{statements.name}` in this "
+        "folder. The ceilings always claim full batches; the worker claims into the slots that are "
+        "free, which is what it must do."
+    )
     bench.results["ceilings"] = {"pgbench": pg, "bare": bare}
     s.data = {"pgbench": pg.to_json(), "bare": bare.to_json()}
 
@@ -80,8 +99,15 @@ def _pgbench(bench: Bench, script: Path) -> Summary:
         n = bench.size("ceiling:pgbench", guess)
         per_client = math.ceil(n / (fc * fp))
         run = f"ceiling pgbench {fp} clients batch {fc} rep {rep + 1}"
-        drive = partial(ceiling_sql.run_pgbench, script, clients=fp, transactions=per_client + 5, socket_dir=socket_dir,
-                        database=connection.settings_dict["NAME"], log=bench.logs / f"pgbench-{rep}.log")
+        drive = partial(
+            ceiling_sql.run_pgbench,
+            script,
+            clients=fp,
+            transactions=per_client + 5,
+            socket_dir=socket_dir,
+            database=connection.settings_dict["NAME"],
+            log=bench.logs / f"pgbench-{rep}.log",
+        )
         rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=drive)
         bench.rates["ceiling:pgbench"] = rate
         pg.values.append(rate)

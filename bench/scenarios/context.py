@@ -40,8 +40,17 @@ class Bench:
         rate = self.rates.get(key, guess)
         return max(self.p.min_jobs, int(rate * (seconds or self.p.seconds)))
 
-    def run_throughput(self, system: System, procs: Procs | None, job: str, n: int, run: str,
-                       *, timeout: float | None = None, drive: Callable[[], object] | None = None) -> float:
+    def run_throughput(
+        self,
+        system: System,
+        procs: Procs | None,
+        job: str,
+        n: int,
+        run: str,
+        *,
+        timeout: float | None = None,
+        drive: Callable[[], object] | None = None,
+    ) -> float:
         """Load n jobs in one commit, wait for the workers (or `drive`) to finish them, gate, return jobs/s.
 
         The rate is n over the span the database recorded, from the first start to the last finish,
@@ -52,8 +61,13 @@ class Bench:
         system.load(n, job)
         if drive is not None:
             drive()
-        wait_for(lambda: system.unfinished() == 0, timeout=timeout or max(60.0, n / 20), interval=0.05,
-                 what=f"{run}: {n} jobs to finish", procs=procs)
+        wait_for(
+            lambda: system.unfinished() == 0,
+            timeout=timeout or max(60.0, n / 20),
+            interval=0.05,
+            what=f"{run}: {n} jobs to finish",
+            procs=procs,
+        )
         wall = time.monotonic() - began
         o = system.outcome()
         self.gate_outcome(run, o, n=n, attempts=n)
@@ -72,12 +86,23 @@ class Bench:
         g.check(run, f"attempt history matches the counters ({o.attempt_rows} rows)", o.attempt_rows == o.attempts)
         g.check(run, "no attempt left open", o.open_attempts == 0)
 
-    def sweep(self, system: System, *, processes: int, concurrency: int, job: str, tag: str, guess: float,
-              reps: int | None = None, env: dict[str, Any] | None = None) -> Summary:
+    def sweep(
+        self,
+        system: System,
+        *,
+        processes: int,
+        concurrency: int,
+        job: str,
+        tag: str,
+        guess: float,
+        reps: int | None = None,
+        env: dict[str, Any] | None = None,
+    ) -> Summary:
         """Start a fleet, warm it up, measure `reps` runs, stop it."""
         key = f"{system.key}:{job}:{processes}x{concurrency}"
-        summary = self.repetitions(system=system.name, job=job, workers=system.describe(processes, concurrency),
-                                   run=tag)
+        summary = self.repetitions(
+            system=system.name, job=job, workers=system.describe(processes, concurrency), run=tag
+        )
         with Procs(self.logs) as procs:
             system.start_workers(procs, processes=processes, concurrency=concurrency, tag=tag, **(env or {}))
             system.warm_up(procs, processes * concurrency)

@@ -12,18 +12,25 @@ from .helpers import Section, env, fmt_ratio, table
 from .registry import scenario
 
 
-@scenario("ingestion", title="Durable ingestion: committed submissions per second",
-          knobs=("reps", "ingest_clients", "ingest_seconds", "bulk_size", "peers"))
+@scenario(
+    "ingestion",
+    title="Durable ingestion: committed submissions per second",
+    knobs=("reps", "ingest_clients", "ingest_seconds", "bulk_size", "peers"),
+)
 def ingestion(bench: Bench, s: Section) -> None:
     p = bench.p
-    s.intro = ("A submission counts once its transaction has committed. HTTP: `POST /v1/jobs` through gunicorn "
-               "(gthread, 2 workers x 8 threads) from N client threads, each on its own keep-alive connection; "
-               "every 202 is a committed job. Python: each system's own enqueue call, one job per transaction, "
-               f"in this one process; bulk: {p.bulk_size} jobs per transaction.")
+    s.intro = (
+        "A submission counts once its transaction has committed. HTTP: `POST /v1/jobs` through gunicorn "
+        "(gthread, 2 workers x 8 threads) from N client threads, each on its own keep-alive connection; "
+        "every 202 is a committed job. Python: each system's own enqueue call, one job per transaction, "
+        f"in this one process; bulk: {p.bulk_size} jobs per transaction."
+    )
     http = _http(bench)
-    modes = [("one", "Python, 1 job per transaction (autocommit: each call commits)"),
-             ("atomic", "Python, 1 job per `transaction.atomic()` block (as in a view)"),
-             ("bulk", f"Python, bulk: {p.bulk_size} jobs per transaction, one call")]
+    modes = [
+        ("one", "Python, 1 job per transaction (autocommit: each call commits)"),
+        ("atomic", "Python, 1 job per `transaction.atomic()` block (as in a view)"),
+        ("bulk", f"Python, bulk: {p.bulk_size} jobs per transaction, one call"),
+    ]
     python: dict[str, dict[str, Summary]] = {}
     for system in [bench.rq, *bench.peers]:
         python[system.key] = {mode: bench.repetitions(system=system.name, path=label) for mode, label in modes}
@@ -34,26 +41,47 @@ def ingestion(bench: Bench, s: Section) -> None:
                 python[system.key][mode].values.append(_enqueue_run(bench, system, rep, mode))
         system.reset()
 
-    rows = [[f"HTTP `POST /v1/jobs`, {c} client{'s' if c > 1 else ''}", http[c].text(), "", ""]
-            for c in p.ingest_clients]
+    rows = [
+        [f"HTTP `POST /v1/jobs`, {c} client{'s' if c > 1 else ''}", http[c].text(), "", ""] for c in p.ingest_clients
+    ]
     for mode, label in modes:
         rq = python["reliableq"][mode]
         cells = [label, rq.text()]
         for peer in ("procrastinate", "tasksdb"):
             got = python.get(peer, {}).get(mode)
-            cells.append(f"{got.text()} ({fmt_ratio(ratio(rq.median, got.median))})" if got and got.values
-                         else "n/a (no bulk API)" if peer == "tasksdb" and peer in python else "n/a")
+            cells.append(
+                f"{got.text()} ({fmt_ratio(ratio(rq.median, got.median))})"
+                if got and got.values
+                else "n/a (no bulk API)"
+                if peer == "tasksdb" and peer in python
+                else "n/a"
+            )
         rows.append(cells)
-    s.tables.append(table(["path", "ReliableQ jobs/s", "procrastinate jobs/s (ReliableQ ratio)",
-                           "django-tasks-db jobs/s (ReliableQ ratio)"], rows))
-    s.notes.append("HTTP is bound by the API view's own work per request (DRF token lookup, the serializers, "
-                   "reading the job back with its attempt history for the response), not by the queue: compare "
-                   "the Python rows, which commit the same INSERT. `reliableq/api` was left out of this work.")
-    s.notes.append("Each system's own enqueue API: `reliableq.enqueue()` / `reliableq.enqueue_many()`, "
-                   "procrastinate's `defer()` / `batch_defer()` (its Django connector, on Django's connection), "
-                   "and Django's `task.enqueue()` on the django-tasks-db backend, which has no bulk path.")
-    s.data = {"http": {c: v.to_json() for c, v in http.items()},
-              "python": {k: {m: v.to_json() for m, v in d.items()} for k, d in python.items()}}
+    s.tables.append(
+        table(
+            [
+                "path",
+                "ReliableQ jobs/s",
+                "procrastinate jobs/s (ReliableQ ratio)",
+                "django-tasks-db jobs/s (ReliableQ ratio)",
+            ],
+            rows,
+        )
+    )
+    s.notes.append(
+        "HTTP is bound by the API view's own work per request (DRF token lookup, the serializers, "
+        "reading the job back with its attempt history for the response), not by the queue: compare "
+        "the Python rows, which commit the same INSERT. `reliableq/api` was left out of this work."
+    )
+    s.notes.append(
+        "Each system's own enqueue API: `reliableq.enqueue()` / `reliableq.enqueue_many()`, "
+        "procrastinate's `defer()` / `batch_defer()` (its Django connector, on Django's connection), "
+        "and Django's `task.enqueue()` on the django-tasks-db backend, which has no bulk path."
+    )
+    s.data = {
+        "http": {c: v.to_json() for c, v in http.items()},
+        "python": {k: {m: v.to_json() for m, v in d.items()} for k, d in python.items()},
+    }
     bench.results["enqueue_one"] = python["reliableq"]["one"]  # a Summary: the targets quote its median and range
     bench.results["ingestion"] = s.data
     from .. import report
@@ -86,8 +114,9 @@ def _http(bench: Bench) -> dict[int, Summary]:
                 queue = f"ingest-{clients}-{rep}"
                 run = f"ingest HTTP {clients} clients rep {rep + 1}"
                 began = time.monotonic()
-                result = ingest.http_run("127.0.0.1", port, token, clients=clients, seconds=bench.p.ingest_seconds,
-                                         queue=queue)
+                result = ingest.http_run(
+                    "127.0.0.1", port, token, clients=clients, seconds=bench.p.ingest_seconds, queue=queue
+                )
                 wall = time.monotonic() - began
                 stored = _one("SELECT count(*) FROM reliableq_job WHERE queue = %s", [queue])[0]
                 bench.gate.check(run, f"rows = 202s ({stored} = {result.jobs})", stored == result.jobs)
@@ -128,5 +157,19 @@ def _enqueue_run(bench: Bench, system: System, rep: int, mode: str) -> float:
 
 
 def _gunicorn_argv(port: int) -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "testproject.wsgi:application", "--bind", f"127.0.0.1:{port}",
-            "--workers", "2", "--threads", "8", "--worker-class", "gthread", "--log-level", "warning"]
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "testproject.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "2",
+        "--threads",
+        "8",
+        "--worker-class",
+        "gthread",
+        "--log-level",
+        "warning",
+    ]

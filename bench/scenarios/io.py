@@ -13,11 +13,16 @@ from .registry import scenario
 SLEEP = 0.05
 
 
-@scenario("io", title=f"I/O-bound jobs: a {SLEEP * 1000:.0f} ms handler",
-          knobs=("reps", "seconds", "min_jobs", "io_concurrency", "peers"))
+@scenario(
+    "io",
+    title=f"I/O-bound jobs: a {SLEEP * 1000:.0f} ms handler",
+    knobs=("reps", "seconds", "min_jobs", "io_concurrency", "peers"),
+)
 def io(bench: Bench, s: Section) -> None:
-    s.intro = (f"Each job sleeps {SLEEP * 1000:.0f} ms (a network call). The ideal for concurrency c is "
-               f"c / {SLEEP:g} s jobs/s. One worker process for ReliableQ and procrastinate.")
+    s.intro = (
+        f"Each job sleeps {SLEEP * 1000:.0f} ms (a network call). The ideal for concurrency c is "
+        f"c / {SLEEP:g} s jobs/s. One worker process for ReliableQ and procrastinate."
+    )
     ours: dict[int, Summary] = {}
     peers: dict[str, dict[int, Summary]] = {peer.key: {} for peer in bench.peers}
     for c in bench.p.io_concurrency:
@@ -26,8 +31,14 @@ def io(bench: Bench, s: Section) -> None:
         ours[c] = bench.sweep(bench.rq, processes=1, concurrency=c, job="sleep", tag=f"io-c{c}", guess=0.8 * ideal)
         for peer in bench.peers:
             bench.say(f"io: {peer.name} at 1 x {c}")
-            peers[peer.key][c] = bench.sweep(peer, processes=1, concurrency=c, job="sleep", tag=f"io-{peer.key}-{c}",
-                                             guess=0.5 * min(ideal, peer_ideal(peer, c)))
+            peers[peer.key][c] = bench.sweep(
+                peer,
+                processes=1,
+                concurrency=c,
+                job="sleep",
+                tag=f"io-{peer.key}-{c}",
+                guess=0.5 * min(ideal, peer_ideal(peer, c)),
+            )
     header = ["concurrency", "ideal jobs/s", "ReliableQ jobs/s", "of ideal"]
     for peer in bench.peers:
         header += [f"{peer.name} jobs/s (its workers)", f"ReliableQ / {peer.name}"]
@@ -41,11 +52,15 @@ def io(bench: Bench, s: Section) -> None:
         rows.append(cells)
     s.tables.append(table(header, rows))
     if any(isinstance(peer, TasksDB) for peer in bench.peers):
-        s.notes.append(f"django-tasks-db runs one process per slot, capped at {TasksDB.MAX_PROCESSES} processes "
-                       "(each a full Django process; more would not fit this machine), so at high concurrency it "
-                       "has fewer slots than the others.")
-    s.data = {"reliableq": {c: v.to_json() for c, v in ours.items()},
-              "peers": {k: {c: v.to_json() for c, v in d.items()} for k, d in peers.items()}}
+        s.notes.append(
+            f"django-tasks-db runs one process per slot, capped at {TasksDB.MAX_PROCESSES} processes "
+            "(each a full Django process; more would not fit this machine), so at high concurrency it "
+            "has fewer slots than the others."
+        )
+    s.data = {
+        "reliableq": {c: v.to_json() for c, v in ours.items()},
+        "peers": {k: {c: v.to_json() for c, v in d.items()} for k, d in peers.items()},
+    }
     from .. import report
 
     s.plots.append(report.plot_io(bench.out, ours, peers, SLEEP))

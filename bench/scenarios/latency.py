@@ -14,15 +14,20 @@ NAMES = {"reliableq": "ReliableQ", "procrastinate": "procrastinate", "tasksdb": 
 QUANTILES = (50, 95, 99)
 
 
-@scenario("latency", title="Latency from enqueue to start and to finish at a steady load",
-          knobs=("reps", "latency_rate", "latency_seconds", "fleet", "peers"))
+@scenario(
+    "latency",
+    title="Latency from enqueue to start and to finish at a steady load",
+    knobs=("reps", "latency_rate", "latency_seconds", "fleet", "peers"),
+)
 def latency(bench: Bench, s: Section) -> None:
     fp, fc = 1, bench.p.fleet[1]
     rate, secs = bench.p.latency_rate, bench.p.latency_seconds
-    s.intro = (f"{rate:g} no-op jobs/s offered for {secs:g} s, one job per transaction at even intervals, into "
-               f"idle workers ({fp} x {fc}). Timestamps are each system's own: ReliableQ's from the database "
-               "(created_at, the first attempt's started_at, finished_at), procrastinate's from its events "
-               "table (database time), django-tasks-db's from its rows (the worker's clock).")
+    s.intro = (
+        f"{rate:g} no-op jobs/s offered for {secs:g} s, one job per transaction at even intervals, into "
+        f"idle workers ({fp} x {fc}). Timestamps are each system's own: ReliableQ's from the database "
+        "(created_at, the first attempt's started_at, finished_at), procrastinate's from its events "
+        "table (database time), django-tasks-db's from its rows (the worker's clock)."
+    )
     results: dict[str, dict[str, list[float]]] = {}
     by_rep: dict[str, list[list[tuple[float, float]]]] = {}  # each repetition's (start, finish) pairs
     for system in [bench.rq, *bench.peers]:
@@ -33,30 +38,56 @@ def latency(bench: Bench, s: Section) -> None:
             by_rep[system.key].append(pairs)
             achieved.append(offered)
         system.reset()
-        results[system.key] = {"start": [a for pairs in by_rep[system.key] for a, _ in pairs],
-                               "finish": [b for pairs in by_rep[system.key] for _, b in pairs], "offered": achieved}
-    header = ["system", "offered jobs/s", "start p50 ms", "start p95 ms", "start p99 ms", "finish p50 ms",
-              "finish p95 ms", "finish p99 ms"]
+        results[system.key] = {
+            "start": [a for pairs in by_rep[system.key] for a, _ in pairs],
+            "finish": [b for pairs in by_rep[system.key] for _, b in pairs],
+            "offered": achieved,
+        }
+    header = [
+        "system",
+        "offered jobs/s",
+        "start p50 ms",
+        "start p95 ms",
+        "start p99 ms",
+        "finish p50 ms",
+        "finish p95 ms",
+        "finish p99 ms",
+    ]
     rows = []
     for key, r in results.items():
-        reps = {"start": [[a for a, _ in pairs] for pairs in by_rep[key]],
-                "finish": [[b for _, b in pairs] for pairs in by_rep[key]]}
-        rows.append([NAMES[key], f"{sum(r['offered']) / len(r['offered']):.0f}",
-                     *[fmt_ms_percentile(r[k], reps[k], q) for k in ("start", "finish") for q in QUANTILES]])
+        reps = {
+            "start": [[a for a, _ in pairs] for pairs in by_rep[key]],
+            "finish": [[b for _, b in pairs] for pairs in by_rep[key]],
+        }
+        rows.append(
+            [
+                NAMES[key],
+                f"{sum(r['offered']) / len(r['offered']):.0f}",
+                *[fmt_ms_percentile(r[k], reps[k], q) for k in ("start", "finish") for q in QUANTILES],
+            ]
+        )
     s.tables.append(table(header, rows))
     ranges = " In brackets, the range of each repetition's own percentile." if bench.p.reps > 1 else ""
-    s.notes.append("All repetitions pooled." + ranges + " ReliableQ's idle workers wake on LISTEN/NOTIFY; "
-                   "procrastinate listens too; django-tasks-db polls (every 0.1 s here).")
-    s.data = {k: {"start": {q: percentile(r["start"], q) for q in QUANTILES},
-                  "finish": {q: percentile(r["finish"], q) for q in QUANTILES}, "samples": len(r["start"])}
-              for k, r in results.items()}
+    s.notes.append(
+        "All repetitions pooled." + ranges + " ReliableQ's idle workers wake on LISTEN/NOTIFY; "
+        "procrastinate listens too; django-tasks-db polls (every 0.1 s here)."
+    )
+    s.data = {
+        k: {
+            "start": {q: percentile(r["start"], q) for q in QUANTILES},
+            "finish": {q: percentile(r["finish"], q) for q in QUANTILES},
+            "samples": len(r["start"]),
+        }
+        for k, r in results.items()
+    }
     from .. import report
 
     s.plots.append(report.plot_latency(bench.out, results, NAMES))
 
 
-def _one_rep(bench: Bench, system: System, rep: int, *, processes: int, concurrency: int
-             ) -> tuple[list[tuple[float, float]], float]:
+def _one_rep(
+    bench: Bench, system: System, rep: int, *, processes: int, concurrency: int
+) -> tuple[list[tuple[float, float]], float]:
     """Offer latency_rate jobs/s for latency_seconds into idle workers; gate; return the pairs and the rate offered."""
     rate, secs = bench.p.latency_rate, bench.p.latency_seconds
     with Procs(bench.logs) as procs:
@@ -78,6 +109,8 @@ def _one_rep(bench: Bench, system: System, rep: int, *, processes: int, concurre
     pairs = system.latencies()
     bench.gate.check(run, f"a latency sample for every job ({len(pairs)})", len(pairs) == n)
     bench.gate.window(run, [x for pair in pairs for x in pair], wall)
-    bench.say(f"  {run}: start p50 {1000 * percentile([a for a, _ in pairs], 50):.1f} ms, "
-              f"p99 {1000 * percentile([a for a, _ in pairs], 99):.1f} ms")
+    bench.say(
+        f"  {run}: start p50 {1000 * percentile([a for a, _ in pairs], 50):.1f} ms, "
+        f"p99 {1000 * percentile([a for a, _ in pairs], 99):.1f} ms"
+    )
     return pairs, n / offered

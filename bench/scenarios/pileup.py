@@ -14,16 +14,21 @@ from .helpers import Section, fmt_pct, table
 from .registry import scenario
 
 
-@scenario("pileup", title="Claim cost as finished jobs pile up",
-          knobs=("reps", "min_jobs", "pileup", "pileup_seconds", "fleet"))
+@scenario(
+    "pileup",
+    title="Claim cost as finished jobs pile up",
+    knobs=("reps", "min_jobs", "pileup", "pileup_seconds", "fleet"),
+)
 def pileup(bench: Bench, s: Section) -> None:
     p = bench.p
     fp, fc = p.fleet
-    s.intro = (f"The same no-op run ({fp} x {fc}) on a table that also holds 0 to "
-               f"{max(p.pileup):,} finished jobs (SUCCEEDED, each with its attempt row; bulk-inserted, "
-               "then VACUUM ANALYZE and a CHECKPOINT, so that the bulk load's upkeep is not charged to the claims). "
-               "The claim's plan is EXPLAIN (ANALYZE, BUFFERS) of the take "
-               "statement the worker sends, captured from `reliableq.leases`, over 200 due jobs, rolled back.")
+    s.intro = (
+        f"The same no-op run ({fp} x {fc}) on a table that also holds 0 to "
+        f"{max(p.pileup):,} finished jobs (SUCCEEDED, each with its attempt row; bulk-inserted, "
+        "then VACUUM ANALYZE and a CHECKPOINT, so that the bulk load's upkeep is not charged to the claims). "
+        "The claim's plan is EXPLAIN (ANALYZE, BUFFERS) of the take "
+        "statement the worker sends, captured from `reliableq.leases`, over 200 due jobs, rolled back."
+    )
     bench.rq.reset()
     rates: dict[int, Summary] = {}
     plans: dict[int, str] = {}
@@ -36,8 +41,9 @@ def pileup(bench: Bench, s: Section) -> None:
                 t0 = time.monotonic()
                 _fill_finished(level - filled)
                 filled = level
-                bench.say(f"pileup: {filled:,} finished rows ({time.monotonic() - t0:.1f} s to insert, vacuum and "
-                          "checkpoint)")
+                bench.say(
+                    f"pileup: {filled:,} finished rows ({time.monotonic() - t0:.1f} s to insert, vacuum and checkpoint)"
+                )
             plans[level] = _claim_plan(fc)
             rates[level] = bench.repetitions(finished_rows=level, workers=f"{fp} x {fc}")
             for rep in range(p.reps):
@@ -50,10 +56,13 @@ def pileup(bench: Bench, s: Section) -> None:
                 bench.say(f"  {run}: {rate:,.0f} jobs/s")
     bench.rq.reset()
     base = rates[p.pileup[0]].median
-    rows = [[f"{level:,}", rates[level].text(), fmt_pct(ratio(rates[level].median, base)),
-             _plan_time(plans[level])] for level in p.pileup]
-    s.tables.append(table(["finished rows", "jobs/s", "of the empty table", "take statement, EXPLAIN ANALYZE ms"],
-                          rows))
+    rows = [
+        [f"{level:,}", rates[level].text(), fmt_pct(ratio(rates[level].median, base)), _plan_time(plans[level])]
+        for level in p.pileup
+    ]
+    s.tables.append(
+        table(["finished rows", "jobs/s", "of the empty table", "take statement, EXPLAIN ANALYZE ms"], rows)
+    )
     top = max(p.pileup)
     s.notes.append(f"The take statement's plan at {top:,} finished rows:\n\n```\n{plans[top]}\n```")
     # Summaries, not medians: the targets quote the ratio with the range over every pair of repetitions.

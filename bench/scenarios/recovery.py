@@ -19,10 +19,12 @@ from .registry import scenario
 @scenario("recovery", title="Recovery after SIGKILL of a real worker", knobs=("leases", "recovery_trials"))
 def recovery(bench: Bench, s: Section) -> None:
     p = bench.p
-    s.intro = ("For each lease length, worker A (`runworker --lease-seconds L`, its own queue) claims a job that "
-               "would run for minutes; a rescuer worker B (default POLL_SECONDS=1) serves every queue. A is "
-               "killed with SIGKILL at a random moment in its lease cycle. Recovery is from the kill (database "
-               "clock, read just before the signal) to the start of attempt 2 on B (database clock).")
+    s.intro = (
+        "For each lease length, worker A (`runworker --lease-seconds L`, its own queue) claims a job that "
+        "would run for minutes; a rescuer worker B (default POLL_SECONDS=1) serves every queue. A is "
+        "killed with SIGKILL at a random moment in its lease cycle. Recovery is from the kill (database "
+        "clock, read just before the signal) to the start of attempt 2 on B (database clock)."
+    )
     bench.rq.reset()
     samples = _kill_and_recover(bench)
     bench.rq.reset()
@@ -33,14 +35,26 @@ def recovery(bench: Bench, s: Section) -> None:
         worst = max(v)
         ok = worst <= lease + 1.0
         met &= ok
-        rows.append([f"{lease:g} s", len(v), f"{mean(v):.2f}", f"{worst:.2f}", f"{lease + 1:g}",
-                     "met" if ok else f"missed by {worst - lease - 1:.2f} s"])
+        rows.append(
+            [
+                f"{lease:g} s",
+                len(v),
+                f"{mean(v):.2f}",
+                f"{worst:.2f}",
+                f"{lease + 1:g}",
+                "met" if ok else f"missed by {worst - lease - 1:.2f} s",
+            ]
+        )
     s.tables.append(table(["lease", "kills", "mean recovery s", "worst s", "target (lease + 1 s)", ""], rows))
-    s.notes.append("Peers: neither has an equivalent to measure. procrastinate marks a crashed worker's job "
-                   "'doing' until someone retries stalled jobs (a call the application schedules itself); "
-                   "django-tasks-db leaves it RUNNING. Neither re-runs it by itself.")
-    s.notes.append("Recovery = what was left of the lease at the kill (between 2/3 L and L, the heartbeat renews "
-                   "every L/3) + up to one POLL_SECONDS for the rescuer's next claim.")
+    s.notes.append(
+        "Peers: neither has an equivalent to measure. procrastinate marks a crashed worker's job "
+        "'doing' until someone retries stalled jobs (a call the application schedules itself); "
+        "django-tasks-db leaves it RUNNING. Neither re-runs it by itself."
+    )
+    s.notes.append(
+        "Recovery = what was left of the lease at the kill (between 2/3 L and L, the heartbeat renews "
+        "every L/3) + up to one POLL_SECONDS for the rescuer's next claim."
+    )
     bench.results["recovery"] = (met, {k: max(v) for k, v in samples.items()})
     s.data = {f"{k:g}": v for k, v in samples.items()}
     from .. import report
@@ -62,20 +76,40 @@ def _kill_and_recover(bench: Bench) -> dict[float, list[float]]:
             queue = f"rec-{lease:g}-{i}"
             a_procs[(lease, i)] = procs.manage(
                 f"rec-A-{lease:g}-{i}",
-                ["runworker", "--queues", queue, "--concurrency", "1", "--lease-seconds", f"{lease:g}",
-                 "--worker-id", f"A-{lease:g}-{i}"],
+                [
+                    "runworker",
+                    "--queues",
+                    queue,
+                    "--concurrency",
+                    "1",
+                    "--lease-seconds",
+                    f"{lease:g}",
+                    "--worker-id",
+                    f"A-{lease:g}-{i}",
+                ],
                 env=env(RELIABLEQ_LOG_LEVEL="WARNING"),
             )
         jobs = {}
-        for (lease, i) in trials:
+        for lease, i in trials:
             with transaction.atomic():
-                jobs[(lease, i)] = reliableq.enqueue("bench.hold", {"seconds": 600, "then": 0},
-                                                     queue=f"rec-{lease:g}-{i}").id
-        wait_for(lambda: _one("SELECT count(*) FROM reliableq_job WHERE kind = 'bench.hold' AND status = 'RUNNING'")[0]
-                 == len(trials), timeout=60, what="every worker A to claim its job", procs=procs)
+                jobs[(lease, i)] = reliableq.enqueue(
+                    "bench.hold", {"seconds": 600, "then": 0}, queue=f"rec-{lease:g}-{i}"
+                ).id
+        wait_for(
+            lambda: (
+                _one("SELECT count(*) FROM reliableq_job WHERE kind = 'bench.hold' AND status = 'RUNNING'")[0]
+                == len(trials)
+            ),
+            timeout=60,
+            what="every worker A to claim its job",
+            procs=procs,
+        )
         queues = ",".join(f"rec-{lease:g}-{i}" for lease, i in trials)
-        procs.manage("rec-B", ["runworker", "--queues", queues, "--concurrency", "8", "--worker-id", "B"],
-                     env=env(RELIABLEQ_LOG_LEVEL="WARNING"))
+        procs.manage(
+            "rec-B",
+            ["runworker", "--queues", queues, "--concurrency", "8", "--worker-id", "B"],
+            env=env(RELIABLEQ_LOG_LEVEL="WARNING"),
+        )
         time.sleep(3.0)  # B is up and idle, polling
         kills = {}
         order = sorted(trials, key=lambda t: rng.random())
@@ -86,16 +120,28 @@ def _kill_and_recover(bench: Bench) -> dict[float, list[float]]:
             os.kill(a_procs[trial].pid, signal.SIGKILL)
             a_procs[trial].wait()
         ids = [str(j) for j in jobs.values()]
-        wait_for(lambda: _one("SELECT count(*) FROM reliableq_job WHERE id = ANY(%s::uuid[]) AND status = 'SUCCEEDED'",
-                              [ids])[0] == len(ids), timeout=max(bench.p.leases) * 3 + 30, what="every job recovered")
+        wait_for(
+            lambda: (
+                _one("SELECT count(*) FROM reliableq_job WHERE id = ANY(%s::uuid[]) AND status = 'SUCCEEDED'", [ids])[0]
+                == len(ids)
+            ),
+            timeout=max(bench.p.leases) * 3 + 30,
+            what="every job recovered",
+        )
         wall = time.monotonic() - began
         for trial, job_id in jobs.items():
             run = f"recovery lease {trial[0]:g}s trial {trial[1] + 1}"
-            rows = _all("SELECT number, outcome, worker_id, extract(epoch FROM started_at) FROM reliableq_attempt "
-                        "WHERE job_id = %s ORDER BY number", [job_id])
+            rows = _all(
+                "SELECT number, outcome, worker_id, extract(epoch FROM started_at) FROM reliableq_attempt "
+                "WHERE job_id = %s ORDER BY number",
+                [job_id],
+            )
             seen = [(r[0], r[1], r[2][:1]) for r in rows]
-            bench.gate.check(run, "two attempts: LEASE_EXPIRED on A, SUCCEEDED on B",
-                             seen == [(1, "LEASE_EXPIRED", "A"), (2, "SUCCEEDED", "B")])
+            bench.gate.check(
+                run,
+                "two attempts: LEASE_EXPIRED on A, SUCCEEDED on B",
+                seen == [(1, "LEASE_EXPIRED", "A"), (2, "SUCCEEDED", "B")],
+            )
             took = float(rows[1][3]) - float(kills[trial])
             bench.gate.window(run, [took], wall, "recovery time")
             samples[trial[0]].append(took)

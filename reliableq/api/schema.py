@@ -12,9 +12,9 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import rules
 from ..models import JobStatus, Outcome
 from .base import BaseAPIView
-from .. import rules
 
 PROBLEM = "application/problem+json"
 UUID = {"type": "string", "format": "uuid"}
@@ -39,8 +39,12 @@ def json_response(description: str, schema: dict[str, Any], **headers: Any) -> d
 
 AUTH_ERRORS = {"401": problem_response("Not authenticated."), "403": problem_response("Missing permission.")}
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-KEY_HEADER = {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": rules.MAX_KEY_CHARS},
-              "description": "Scoped to the submitting user."}
+KEY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "schema": {"type": "string", "maxLength": rules.MAX_KEY_CHARS},
+    "description": "Scoped to the submitting user.",
+}
 
 SCHEMAS: dict[str, Any] = {
     "Problem": {
@@ -69,8 +73,20 @@ SCHEMAS: dict[str, Any] = {
     },
     "Job": {
         "type": "object",
-        "required": ["id", "kind", "queue", "priority", "payload", "status", "attempt_count", "max_attempts",
-                     "run_at", "effect_key", "created_at", "attempts"],
+        "required": [
+            "id",
+            "kind",
+            "queue",
+            "priority",
+            "payload",
+            "status",
+            "attempt_count",
+            "max_attempts",
+            "run_at",
+            "effect_key",
+            "created_at",
+            "attempts",
+        ],
         "properties": {
             "id": UUID,
             "kind": {"type": "string"},
@@ -98,16 +114,29 @@ SCHEMAS: dict[str, Any] = {
         "required": ["kind", "payload"],
         "additionalProperties": False,
         "properties": {
-            "kind": {"type": "string", "maxLength": rules.MAX_KIND_CHARS,
-                     "description": "A kind whose handler says http=True; Django Tasks kinds never."},
-            "payload": {"type": "object", "additionalProperties": True,
-                        "description": f"At most MAX_PAYLOAD_BYTES as JSON, nested at most {rules.MAX_PAYLOAD_DEPTH} deep."},
+            "kind": {
+                "type": "string",
+                "maxLength": rules.MAX_KIND_CHARS,
+                "description": "A kind whose handler says http=True; Django Tasks kinds never.",
+            },
+            "payload": {
+                "type": "object",
+                "additionalProperties": True,
+                "description": f"At most MAX_PAYLOAD_BYTES as JSON, nested at most {rules.MAX_PAYLOAD_DEPTH} deep.",
+            },
             "queue": {"type": "string", "pattern": rules.QUEUE_PATTERN},
             "priority": {"type": "integer", "minimum": rules.PRIORITY_RANGE[0], "maximum": rules.PRIORITY_RANGE[1]},
-            "run_at": {"type": "string", "format": "date-time", "nullable": True,
-                       "description": "At most MAX_SCHEDULE_SECONDS ahead; a time in the past means now."},
+            "run_at": {
+                "type": "string",
+                "format": "date-time",
+                "nullable": True,
+                "description": "At most MAX_SCHEDULE_SECONDS ahead; a time in the past means now.",
+            },
             "max_attempts": {
-                "type": "integer", "nullable": True, "minimum": rules.MAX_ATTEMPTS_RANGE[0], "maximum": rules.MAX_ATTEMPTS_RANGE[1],
+                "type": "integer",
+                "nullable": True,
+                "minimum": rules.MAX_ATTEMPTS_RANGE[0],
+                "maximum": rules.MAX_ATTEMPTS_RANGE[1],
             },
         },
     },
@@ -125,7 +154,10 @@ SCHEMAS: dict[str, Any] = {
         "required": ["by_status", "by_kind", "oldest_due_pending_age_seconds", "dead"],
         "properties": {
             "by_status": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "by_kind": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer"}}},
+            "by_kind": {
+                "type": "object",
+                "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer"}},
+            },
             "oldest_due_pending_age_seconds": {"type": "number", "minimum": 0},
             "dead": {"type": "integer", "minimum": 0},
         },
@@ -141,16 +173,22 @@ PATHS: dict[str, Any] = {
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("JobSubmission")}}},
             "responses": {
                 "202": json_response("Accepted and committed.", ref("Job"), Location="/v1/jobs/<id>"),
-                "200": json_response("The job this Idempotency-Key already made.", ref("Job"), Location="/v1/jobs/<id>"),
+                "200": json_response(
+                    "The job this Idempotency-Key already made.", ref("Job"), Location="/v1/jobs/<id>"
+                ),
                 "400": problem_response("Invalid body."),
                 "409": problem_response("The Idempotency-Key was used with another body."),
                 "413": problem_response("Payload over MAX_PAYLOAD_BYTES."),
                 "415": problem_response("The body is not JSON."),
-                "429": {**problem_response("Too many submissions (throttle scope reliableq_submit)."),
-                        "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}}},
+                "429": {
+                    **problem_response("Too many submissions (throttle scope reliableq_submit)."),
+                    "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}},
+                },
                 "503": problem_response("The job could not be stored; nothing was accepted."),
                 "401": AUTH_ERRORS["401"],
-                "403": problem_response("Missing reliableq.submit_job, or the CSRF check failed (session authentication)."),
+                "403": problem_response(
+                    "Missing reliableq.submit_job, or the CSRF check failed (session authentication)."
+                ),
             },
         },
         "get": {
@@ -163,14 +201,22 @@ PATHS: dict[str, Any] = {
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "page_size", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
             ],
-            "responses": {"200": json_response("A page of jobs.", ref("JobPage")), "400": problem_response("Bad filter or an unknown query parameter."), **AUTH_ERRORS},
+            "responses": {
+                "200": json_response("A page of jobs.", ref("JobPage")),
+                "400": problem_response("Bad filter or an unknown query parameter."),
+                **AUTH_ERRORS,
+            },
         },
     },
     "/v1/jobs/{id}": {
         "get": {
             "operationId": "getJob",
             "parameters": [ID_PARAM],
-            "responses": {"200": json_response("The job and its attempts.", ref("Job")), "404": problem_response("No such job."), **AUTH_ERRORS},
+            "responses": {
+                "200": json_response("The job and its attempts.", ref("Job")),
+                "404": problem_response("No such job."),
+                **AUTH_ERRORS,
+            },
         }
     },
     "/v1/jobs/{id}/replay": {
@@ -199,7 +245,10 @@ PATHS: dict[str, Any] = {
         }
     },
     "/v1/stats": {
-        "get": {"operationId": "stats", "responses": {"200": json_response("Queue health.", ref("Stats")), **AUTH_ERRORS}}
+        "get": {
+            "operationId": "stats",
+            "responses": {"200": json_response("Queue health.", ref("Stats")), **AUTH_ERRORS},
+        }
     },
     "/v1/ready": {
         "get": {
@@ -207,7 +256,9 @@ PATHS: dict[str, Any] = {
             "summary": "Readiness: the database answers and is migrated. No login needed.",
             "security": [],
             "responses": {
-                "200": json_response("Ready.", {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}),
+                "200": json_response(
+                    "Ready.", {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+                ),
                 "503": problem_response("Not ready: the detail says why."),
             },
         }
@@ -226,7 +277,12 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "schema",
             "security": [],
-            "responses": {"200": {"description": "This document.", "content": {"application/json": {"schema": {"type": "object"}}}}},
+            "responses": {
+                "200": {
+                    "description": "This document.",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
         }
     },
 }

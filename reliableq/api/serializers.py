@@ -37,19 +37,23 @@ class AwareDateTimeField(serializers.DateTimeField):
 
     def enforce_timezone(self, value: Any) -> Any:
         if timezone.is_naive(value):
-            raise serializers.ValidationError("run_at needs a UTC offset (like 2030-01-01T12:00:00Z); naive times are ambiguous.")
+            raise serializers.ValidationError(
+                "run_at needs a UTC offset (like 2030-01-01T12:00:00Z); naive times are ambiguous."
+            )
         return super().enforce_timezone(value)
 
 
 class SubmitSerializer(serializers.Serializer):
     kind = serializers.CharField(max_length=rules.MAX_KIND_CHARS)
     payload = serializers.JSONField()
-    queue = serializers.RegexField(QUEUE, required=False, default="default",
-                                   error_messages={"invalid": f"The queue must be {rules.QUEUE_HELP}."})
+    queue = serializers.RegexField(
+        QUEUE, required=False, default="default", error_messages={"invalid": f"The queue must be {rules.QUEUE_HELP}."}
+    )
     priority = StrictIntegerField(required=False, default=0, min_value=PRIORITY_RANGE[0], max_value=PRIORITY_RANGE[1])
     run_at = AwareDateTimeField(required=False, allow_null=True, default=None)
-    max_attempts = StrictIntegerField(required=False, allow_null=True, default=None,
-                                      min_value=MAX_ATTEMPTS_RANGE[0], max_value=MAX_ATTEMPTS_RANGE[1])
+    max_attempts = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=MAX_ATTEMPTS_RANGE[0], max_value=MAX_ATTEMPTS_RANGE[1]
+    )
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):

@@ -18,9 +18,8 @@ from rest_framework.response import Response
 from .. import health, rules, services, stats
 from ..errors import InvalidJob, WrongStatus
 from ..models import Job
-from . import problems
+from . import documents, problems
 from .base import BaseAPIView, requires
-from . import documents
 from .serializers import FilterSerializer, SubmitSerializer
 from .throttles import SubmitThrottle
 
@@ -108,8 +107,13 @@ class JobListView(BaseAPIView):
             # 202 only after this commits: an acknowledged job is a durable job. The INSERT is one
             # statement in autocommit, so it commits as it returns (no BEGIN and COMMIT round trips).
             job, created = services.submit(
-                data["kind"], data["payload"], queue=data["queue"], priority=data["priority"],
-                run_at=data["run_at"], max_attempts=data["max_attempts"], dedupe_key=key,
+                data["kind"],
+                data["payload"],
+                queue=data["queue"],
+                priority=data["priority"],
+                run_at=data["run_at"],
+                max_attempts=data["max_attempts"],
+                dedupe_key=key,
                 submitted_by=request.user,
             )
         except rules.PayloadTooLarge as exc:
@@ -120,14 +124,15 @@ class JobListView(BaseAPIView):
             raise problems.ServiceUnavailable("The job could not be stored; nothing was accepted. Try again.") from None
         if not created and not services.same_submission(job, data):
             # Keys are scoped per submitter, so the job named here is always the caller's own.
-            raise problems.Conflict(
-                f"Idempotency-Key {key!r} was already used for job {job.id} with another body."
-            )
+            raise problems.Conflict(f"Idempotency-Key {key!r} was already used for job {job.id} with another body.")
         # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
         attempts = [] if created else list(job.attempt_set.all())
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
-        return Response(documents.job(job, attempts, tracebacks=_reads_tracebacks(request)), status=code,
-                        headers={"Location": f"/v1/jobs/{job.id}"})
+        return Response(
+            documents.job(job, attempts, tracebacks=_reads_tracebacks(request)),
+            status=code,
+            headers={"Location": f"/v1/jobs/{job.id}"},
+        )
 
 
 class JobDetailView(BaseAPIView):

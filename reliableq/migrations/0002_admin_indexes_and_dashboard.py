@@ -4,44 +4,42 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('reliableq', '0001_jobs_and_attempts'),
+        ("reliableq", "0001_jobs_and_attempts"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='QueueDashboard',
-            fields=[
-            ],
+            name="QueueDashboard",
+            fields=[],
             options={
-                'verbose_name': 'queue dashboard',
-                'verbose_name_plural': 'queue dashboard',
-                'proxy': True,
-                'default_permissions': (),
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "queue dashboard",
+                "verbose_name_plural": "queue dashboard",
+                "proxy": True,
+                "default_permissions": (),
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('reliableq.job',),
+            bases=("reliableq.job",),
         ),
         migrations.AddIndex(
-            model_name='attempt',
-            index=models.Index(fields=['started_at'], name='reliableq_attempt_started'),
+            model_name="attempt",
+            index=models.Index(fields=["started_at"], name="reliableq_attempt_started"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['-created_at'], name='reliableq_job_created'),
+            model_name="job",
+            index=models.Index(fields=["-created_at"], name="reliableq_job_created"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['status', '-created_at'], name='reliableq_job_status_created'),
+            model_name="job",
+            index=models.Index(fields=["status", "-created_at"], name="reliableq_job_status_created"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['queue', '-created_at'], name='reliableq_job_queue_created'),
+            model_name="job",
+            index=models.Index(fields=["queue", "-created_at"], name="reliableq_job_queue_created"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['kind', '-created_at'], name='reliableq_job_kind_created'),
+            model_name="job",
+            index=models.Index(fields=["kind", "-created_at"], name="reliableq_job_kind_created"),
         ),
     ]

@@ -5,17 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('reliableq', '0002_admin_indexes_and_dashboard'),
+        ("reliableq", "0002_admin_indexes_and_dashboard"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReturnValue',
+            name="ReturnValue",
             fields=[
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='return_value', serialize=False, to='reliableq.job')),
-                ('value', models.JSONField(null=True)),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="return_value",
+                        serialize=False,
+                        to="reliableq.job",
+                    ),
+                ),
+                ("value", models.JSONField(null=True)),
             ],
         ),
     ]

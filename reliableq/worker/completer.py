@@ -72,7 +72,11 @@ def _log(finish: Finish, attempt: Any) -> None:
     elif finish.status == JobStatus.PENDING:
         logger.warning(
             "job=%s attempt=%s %s, retry in %.1fs: %s",
-            finish.job_id, attempt, finish.outcome.lower(), finish.delay, finish.error,
+            finish.job_id,
+            attempt,
+            finish.outcome.lower(),
+            finish.delay,
+            finish.error,
         )
     else:
         logger.error("job=%s attempt=%s dead (%s): %s", finish.job_id, attempt, finish.outcome.lower(), finish.error)

@@ -71,7 +71,11 @@ def run_attempt(job: ClaimedJob) -> Result:
         faults.crash_point("after_effect_before_finalize")
         decision = policy.succeeded()
         finish = Finish(
-            job_id=job.id, lease_token=job.lease_token, status=decision.status, outcome=decision.outcome,
-            keeps_return=handler.keep_return, return_value=value if handler.keep_return else None,
+            job_id=job.id,
+            lease_token=job.lease_token,
+            status=decision.status,
+            outcome=decision.outcome,
+            keeps_return=handler.keep_return,
+            return_value=value if handler.keep_return else None,
         )
     return Result(finish=finish, seconds=time.monotonic() - started, value=value)

@@ -50,7 +50,9 @@ class Heartbeat(threading.Thread):
         now_held = self._held()
         # Not renewed and still held under the same token: a finish may have raced this beat,
         # so ask the attempts which of these were really taken by another owner.
-        gone = [(job_id, token) for job_id, token in held.items() if job_id not in renewed and now_held.get(job_id) == token]
+        gone = [
+            (job_id, token) for job_id, token in held.items() if job_id not in renewed and now_held.get(job_id) == token
+        ]
         if not gone:
             return
         try:

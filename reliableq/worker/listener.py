@@ -70,11 +70,13 @@ class Listener(threading.Thread):
                             "pooler (PgBouncer in transaction mode) is probably between them. This worker falls "
                             "back to polling every POLL_SECONDS; set RELIABLEQ['LISTEN_DATABASE'] to an alias "
                             "with a direct connection to PostgreSQL for instant wake-ups.",
-                            self.listen_alias, aliases()[0],
+                            self.listen_alias,
+                            aliases()[0],
                         )
                         return
-                    logger.info("listening for enqueue notifications on database alias %r (probe heard)",
-                                self.listen_alias)
+                    logger.info(
+                        "listening for enqueue notifications on database alias %r (probe heard)", self.listen_alias
+                    )
                     failures = 0
                     self._serve(conn)
             except psycopg.Error as exc:

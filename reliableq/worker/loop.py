@@ -115,19 +115,36 @@ class Worker:
         if install_signals:
             self._install_signals()
         pool = Pool(c.concurrency, executor.run_attempt, self._events.put)
-        self.producer = Producer(self.store, self.ledger, pool, worker_id=c.worker_id, queues=c.queues,
-                                 lease_seconds=c.lease_seconds, caps=registry.caps())
+        self.producer = Producer(
+            self.store,
+            self.ledger,
+            pool,
+            worker_id=c.worker_id,
+            queues=c.queues,
+            lease_seconds=c.lease_seconds,
+            caps=registry.caps(),
+        )
         self.completer = Completer(self.store, self.ledger, pool)
-        maintenance = Maintenance(self.store, rescue_seconds=c.poll_seconds, schedule_seconds=c.schedule_seconds,
-                                  has_crons=bool(registry.crons()))
-        heartbeat = Heartbeat(store=self.store, held=self.ledger.held, on_lost=self._lost, lease_seconds=c.lease_seconds)
+        maintenance = Maintenance(
+            self.store,
+            rescue_seconds=c.poll_seconds,
+            schedule_seconds=c.schedule_seconds,
+            has_crons=bool(registry.crons()),
+        )
+        heartbeat = Heartbeat(
+            store=self.store, held=self.ledger.held, on_lost=self._lost, lease_seconds=c.lease_seconds
+        )
         heartbeat.start()
         listener = Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE)) if c.listen else None
         if listener is not None:
             listener.start()
         logger.info(
             "worker %s started: queues=%s concurrency=%s lease=%ss grace=%ss%s",
-            c.worker_id, ",".join(c.queues), c.concurrency, c.lease_seconds, c.grace_seconds,
+            c.worker_id,
+            ",".join(c.queues),
+            c.concurrency,
+            c.lease_seconds,
+            c.grace_seconds,
             " burst" if c.burst else "",
         )
         try:
@@ -163,7 +180,8 @@ class Worker:
                 if time.monotonic() >= self._stop_deadline:
                     logger.warning(
                         "worker %s grace period over: %s unfinished lease(s) left to expire",
-                        c.worker_id, len(self.ledger.held()),
+                        c.worker_id,
+                        len(self.ledger.held()),
                     )
                     return 0
                 self._wait(min(0.1, max(0.0, self._stop_deadline - time.monotonic())))
@@ -216,8 +234,9 @@ class Worker:
                 continue
             if isinstance(event, tuple):  # the executor itself raised
                 job, exc = event
-                self.completer.add(executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc)),
-                                   frees_slot=True)
+                self.completer.add(
+                    executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc)), frees_slot=True
+                )
                 continue
             flight = self.ledger.get(event.finish.lease_token)
             if flight is not None and flight.timed_out:
@@ -225,7 +244,8 @@ class Worker:
                 # which refuses it, and only then frees the slot the stuck handler held.
                 logger.info(
                     "job=%s attempt=%s handler returned after its timeout; result discarded",
-                    event.finish.job_id, flight.job.attempt,
+                    event.finish.job_id,
+                    flight.job.attempt,
                 )
             self.completer.add(event.finish, frees_slot=True)
             if event.seconds < self.config.linger_seconds:

@@ -17,8 +17,15 @@ logger = logging.getLogger("reliableq.worker")
 
 class Producer:
     def __init__(
-        self, store: Store, ledger: Ledger, pool: Pool, *, worker_id: str, queues: Sequence[str],
-        lease_seconds: float, caps: Mapping[str, int],
+        self,
+        store: Store,
+        ledger: Ledger,
+        pool: Pool,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        caps: Mapping[str, int],
     ) -> None:
         self._store = store
         self._ledger = ledger
@@ -43,8 +50,12 @@ class Producer:
         # Until the claim returns, its commit may have happened without us hearing of it.
         self._uncertain = True
         jobs, _ = self._store.claim(
-            worker_id=self.worker_id, queues=self.queues, limit=free, lease_seconds=self.lease_seconds,
-            caps=self.caps, rescue=rescue,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            limit=free,
+            lease_seconds=self.lease_seconds,
+            caps=self.caps,
+            rescue=rescue,
         )
         self._uncertain = False
         self._start(jobs)
@@ -54,7 +65,11 @@ class Producer:
         now = time.monotonic()
         for job in jobs:
             logger.info(
-                "job=%s kind=%s attempt=%s/%s token=%s claimed", job.id, job.kind, job.attempt, job.max_attempts,
+                "job=%s kind=%s attempt=%s/%s token=%s claimed",
+                job.id,
+                job.kind,
+                job.attempt,
+                job.max_attempts,
                 job.lease_token,
             )
             self._ledger.add(job, deadline=now + executor.timeout_for(job.kind))

@@ -21,8 +21,14 @@ Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
 
 class Store(Protocol):
     def claim(
-        self, *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float,
-        caps: Mapping[str, int], rescue: bool,
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        caps: Mapping[str, int],
+        rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]: ...
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult: ...
@@ -45,11 +51,18 @@ class DatabaseStore:
     """The Store on PostgreSQL, through Django's connection of the calling thread."""
 
     def claim(
-        self, *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float,
-        caps: Mapping[str, int], rescue: bool,
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        caps: Mapping[str, int],
+        rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
-        return leases.claim(worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds,
-                            caps=caps, rescue=rescue)
+        return leases.claim(
+            worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds, caps=caps, rescue=rescue
+        )
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
         return leases.finish(finishes)

@@ -28,7 +28,11 @@ def test_concurrent_worker_processes_never_claim_one_job_twice(spawn_worker):
     # of them are up and polling, so the 300 jobs below land on four claimers at once.
     token = uuid.uuid4()
     barrier = Job.objects.create(
-        kind="demo.noop", status=JobStatus.RUNNING, attempts=1, lease_token=token, worker_id="w-barrier",
+        kind="demo.noop",
+        status=JobStatus.RUNNING,
+        attempts=1,
+        lease_token=token,
+        worker_id="w-barrier",
         lease_expires_at=db_now() + dt.timedelta(seconds=60),
     )
     Attempt.objects.create(job=barrier, number=1, worker_id="w-barrier", lease_token=token, outcome=Outcome.RUNNING)
@@ -40,7 +44,9 @@ def test_concurrent_worker_processes_never_claim_one_job_twice(spawn_worker):
         ids = {reliableq.enqueue("demo.noop", {"n": n}).id for n in range(JOBS)}
     wait_until(
         lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count() == JOBS,
-        timeout=60, interval=0.2, what="all 300 jobs to succeed",
+        timeout=60,
+        interval=0.2,
+        what="all 300 jobs to succeed",
     )
     # The barrier's owner "dies": its lease runs out, one worker recovers it, then all go idle.
     Job.objects.filter(pk=barrier.pk).update(lease_expires_at=Now())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+
 import reliableq
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from tests.support import wait_until
@@ -18,6 +19,7 @@ def snapshot(job_id):
         Job.objects.filter(pk=job_id).values().get(),
         list(Attempt.objects.filter(job_id=job_id).order_by("number").values()),
     )
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

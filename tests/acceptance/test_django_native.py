@@ -35,8 +35,11 @@ def test_two_workers_never_schedule_one_cron_slot_twice(spawn_worker):
     env = {"RELIABLEQ_TEST_CRON": "1", "RELIABLEQ_SCHEDULE_SECONDS": "0.2"}
     spawn_worker(env=env)
     spawn_worker(env=env)
-    wait_until(lambda: Job.objects.filter(kind="test.every_second", status=JobStatus.SUCCEEDED).count() >= 3,
-               timeout=30, what="three periodic runs")
+    wait_until(
+        lambda: Job.objects.filter(kind="test.every_second", status=JobStatus.SUCCEEDED).count() >= 3,
+        timeout=30,
+        what="three periodic runs",
+    )
     jobs = list(Job.objects.filter(kind="test.every_second").values_list("dedupe_key", "run_at", "status"))
     slots = [key for key, _, _ in jobs]
     assert len(slots) == len(set(slots))  # one job per slot
@@ -53,8 +56,11 @@ def test_an_idle_worker_claims_a_new_job_at_once_when_notified(spawn_worker):
     worker.wait_for_output("started")
     time.sleep(0.5)  # let it reach its idle wait; no condition to poll for (it is waiting)
     job = reliableq.enqueue("demo.noop", {})
-    wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=15,
-               what="the notified worker to run the job")
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED,
+        timeout=15,
+        what="the notified worker to run the job",
+    )
 
 
 def test_with_notifications_off_the_worker_still_finds_the_job_by_polling(spawn_worker):

@@ -25,7 +25,12 @@ def test_a_worker_killed_at_each_fault_point_is_recovered_by_another_with_one_fi
     jobs = {point: reliableq.enqueue("demo.noop", {}, queue=f"fault-{point}") for point in POINTS}
     crashers = {
         point: spawn_worker(
-            "--lease-seconds", LEASE, "--queues", f"fault-{point}", "--worker-id", f"crash-{point}",
+            "--lease-seconds",
+            LEASE,
+            "--queues",
+            f"fault-{point}",
+            "--worker-id",
+            f"crash-{point}",
             env={"RELIABLEQ_FAULT_INJECTION": "1", "RELIABLEQ_CRASH_AT": point},
         )
         for point in POINTS
@@ -45,8 +50,15 @@ def test_a_worker_killed_at_each_fault_point_is_recovered_by_another_with_one_fi
         # before its COMMIT, and the attempt is not SUCCEEDED.
         assert (open_attempt.outcome, open_attempt.finished_at) == (Outcome.RUNNING, None), point
 
-    b = spawn_worker("--lease-seconds", LEASE, "--burst", "--queues", ",".join(f"fault-{p}" for p in POINTS),
-                     "--worker-id", "rescuer")
+    b = spawn_worker(
+        "--lease-seconds",
+        LEASE,
+        "--burst",
+        "--queues",
+        ",".join(f"fault-{p}" for p in POINTS),
+        "--worker-id",
+        "rescuer",
+    )
     assert b.wait(timeout=30) == 0, b.output()
     for point, noop in jobs.items():
         done = job(noop.id)
@@ -59,7 +71,11 @@ def test_crash_at_is_ignored_when_fault_injection_is_off(spawn_worker):
     jobs = {point: reliableq.enqueue("demo.noop", {}, queue=f"off-{point}") for point in POINTS}
     workers = {
         point: spawn_worker(
-            "--burst", "--queues", f"off-{point}", "--worker-id", f"w-{point}",
+            "--burst",
+            "--queues",
+            f"off-{point}",
+            "--worker-id",
+            f"w-{point}",
             env={"RELIABLEQ_FAULT_INJECTION": "0", "RELIABLEQ_CRASH_AT": point},
         )
         for point in POINTS

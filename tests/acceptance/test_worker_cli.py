@@ -39,7 +39,11 @@ def test_burst_waits_for_a_running_job_and_recovers_it_when_its_owner_is_gone(sp
     """A RUNNING job counts as work: the burst worker stays until it is settled."""
     token = uuid.uuid4()
     orphan = Job.objects.create(
-        kind="demo.noop", status=JobStatus.RUNNING, attempts=1, lease_token=token, worker_id="w-gone",
+        kind="demo.noop",
+        status=JobStatus.RUNNING,
+        attempts=1,
+        lease_token=token,
+        worker_id="w-gone",
         lease_expires_at=db_now() + dt.timedelta(seconds=60),
     )
     Attempt.objects.create(job=orphan, number=1, worker_id="w-gone", lease_token=token, outcome=Outcome.RUNNING)

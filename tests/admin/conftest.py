@@ -68,8 +68,14 @@ def viewer_client(viewer: User) -> Client:
 # -- jobs in any state -------------------------------------------------------------------------
 
 
-def add_attempts(job: Job, outcomes: list[str], *, start: dt.datetime | None = None,
-                 seconds: float = 1.5, errors: list[str] | None = None) -> list[Attempt]:
+def add_attempts(
+    job: Job,
+    outcomes: list[str],
+    *,
+    start: dt.datetime | None = None,
+    seconds: float = 1.5,
+    errors: list[str] | None = None,
+) -> list[Attempt]:
     """Attempt rows 1..n for `job`, one minute apart, each `seconds` long, from `start`.
 
     The default start, 3 hours ago, keeps them out of the dashboard's "last hour".
@@ -78,14 +84,24 @@ def add_attempts(job: Job, outcomes: list[str], *, start: dt.datetime | None = N
     attempts = []
     for i, outcome in enumerate(outcomes):
         began = start + dt.timedelta(minutes=i)
-        attempts.append(Attempt.objects.create(
-            job=job, number=i + 1, worker_id=f"worker-{i + 1}", lease_token=uuid.uuid4(),
-            started_at=began,
-            finished_at=None if outcome == Outcome.RUNNING else began + dt.timedelta(seconds=seconds),
-            outcome=outcome,
-            error=(errors[i] if errors else "" if outcome in (Outcome.SUCCEEDED, Outcome.RUNNING)
-                   else f"attempt {i + 1} failed: boom"),
-        ))
+        attempts.append(
+            Attempt.objects.create(
+                job=job,
+                number=i + 1,
+                worker_id=f"worker-{i + 1}",
+                lease_token=uuid.uuid4(),
+                started_at=began,
+                finished_at=None if outcome == Outcome.RUNNING else began + dt.timedelta(seconds=seconds),
+                outcome=outcome,
+                error=(
+                    errors[i]
+                    if errors
+                    else ""
+                    if outcome in (Outcome.SUCCEEDED, Outcome.RUNNING)
+                    else f"attempt {i + 1} failed: boom"
+                ),
+            )
+        )
     return attempts
 
 
@@ -94,9 +110,12 @@ def dead_job(**kwargs: Any) -> Job:
     kwargs.setdefault("kind", "test.always_fails")
     kwargs.setdefault("max_attempts", 3)
     job = JobFactory(
-        status=JobStatus.DEAD, attempts=kwargs.pop("attempts", 3), worker_id="worker-3",
+        status=JobStatus.DEAD,
+        attempts=kwargs.pop("attempts", 3),
+        worker_id="worker-3",
         last_error=kwargs.pop("last_error", "RuntimeError: this handler never succeeds"),
-        finished_at=dt.datetime.now(dt.timezone.utc), **kwargs,
+        finished_at=dt.datetime.now(dt.timezone.utc),
+        **kwargs,
     )
     add_attempts(job, [Outcome.FAILED_TRANSIENT, Outcome.FAILED_TRANSIENT, Outcome.FAILED_PERMANENT][: job.attempts])
     return job
@@ -123,4 +142,3 @@ def job_in(status: str, **kwargs: Any) -> Job:
         add_attempts(job, [Outcome.SUCCEEDED])
         return job
     return JobFactory(status=status, **kwargs)
-

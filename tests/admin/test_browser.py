@@ -27,6 +27,7 @@ from .conftest import OPERATOR_PERMS, PASSWORD, job_in, make_staff
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture
 def playwright_api() -> Any:
     return load_playwright()
@@ -50,14 +51,16 @@ def live_admin(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
-    playwright_api: Any, live_admin: tuple[str, Path],
+    playwright_api: Any,
+    live_admin: tuple[str, Path],
 ) -> None:
     url, server_log = live_admin
     sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
     operator = make_staff("operator", *OPERATOR_PERMS, password=PASSWORD)
     dead = job_in(JobStatus.DEAD, kind="test.always_fails", payload={"order": 42, "note": "card declined"})
-    other_dead = job_in(JobStatus.DEAD, kind="test.permanent", attempts=1,
-                        last_error="PermanentError: the input can never be valid")
+    other_dead = job_in(
+        JobStatus.DEAD, kind="test.permanent", attempts=1, last_error="PermanentError: the input can never be valid"
+    )
     job_in(JobStatus.PENDING, kind="demo.noop")
     job_in(JobStatus.SUCCEEDED, kind="test.flaky")
     history = list(Attempt.objects.filter(job=dead).order_by("number").values_list("id", "outcome"))
@@ -95,7 +98,8 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
             expect(attempts).to_have_count(3)
             expect(attempts.locator("td.field-number")).to_have_text(["1", "2", "3"])
             expect(attempts.locator("td.field-outcome_badge")).to_have_text(
-                ["FAILED_TRANSIENT", "FAILED_TRANSIENT", "FAILED_PERMANENT"])
+                ["FAILED_TRANSIENT", "FAILED_TRANSIENT", "FAILED_PERMANENT"]
+            )
             expect(attempts.locator("td.field-error").first).to_have_text("attempt 1 failed: boom")
             expect(page.locator(".field-payload_pretty pre")).to_contain_text('"order": 42')
             expect(page.locator("#replay-job")).to_be_visible()
@@ -116,9 +120,9 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
             page.screenshot(path=ARTIFACTS / "admin-replayed-message.png", full_page=True)
 
             page.locator('#changelist-filter details[data-filter-title="status"]').get_by_role(
-                "link", name="All", exact=True).click()
-            row = page.locator("#result_list tbody tr").filter(
-                has=page.get_by_role("link", name=short, exact=True))
+                "link", name="All", exact=True
+            ).click()
+            row = page.locator("#result_list tbody tr").filter(has=page.get_by_role("link", name=short, exact=True))
             expect(row.locator(".rq-status")).to_have_text("PENDING")
             expect(row.locator("td.field-attempts_display")).to_have_text(re.compile(r"^3 / \d+$"))
             page.screenshot(path=ARTIFACTS / "admin-job-list-after-replay.png", full_page=True)
@@ -131,7 +135,9 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
         except Exception as exc:
             if page is not None:
                 page.screenshot(path=ARTIFACTS / "admin-browser-failure.png", full_page=True)
-            raise AssertionError(f"{exc}\n--- gunicorn log ---\n{server_log.read_text(errors='replace')[-3000:]}") from exc
+            raise AssertionError(
+                f"{exc}\n--- gunicorn log ---\n{server_log.read_text(errors='replace')[-3000:]}"
+            ) from exc
         finally:
             browser.close()
 

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 def charge(key: str, amount: int = 1200, description: str = "") -> Charge:
-    return Charge.objects.create(idempotency_key=key, amount=amount, currency="EUR", description=description,
-                                 request_fingerprint="ab" * 32)
+    return Charge.objects.create(
+        idempotency_key=key, amount=amount, currency="EUR", description=description, request_fingerprint="ab" * 32
+    )
 
 
 def listed(response: object) -> list[str]:

@@ -41,7 +41,7 @@ def by_kind(page: str) -> dict[str, dict[str, int]]:
     result = {}
     for row in re.findall(r"<tr><td>(.*?)</tr>", table, re.S):
         cells = [text(c) for c in re.findall(r"(?:^|<td>)(.*?)</td>", row, re.S)]
-        result[cells[0]] = {s: int(c) for s, c in zip(header, cells[1:]) if c}
+        result[cells[0]] = {s: int(c) for s, c in zip(header, cells[1:], strict=False) if c}
     return result
 
 
@@ -62,8 +62,12 @@ def test_admin_index_links_to_the_queue_dashboard(operator_client: Client, viewe
 
 def test_dashboard_counts_jobs_by_status_and_by_kind(operator_client: Client) -> None:
     for status, kind, n in [
-        (JobStatus.PENDING, "demo.noop", 2), (JobStatus.PENDING, "test.flaky", 1), (JobStatus.RUNNING, "test.sleep", 1),
-        (JobStatus.SUCCEEDED, "demo.noop", 3), (JobStatus.DEAD, "test.always_fails", 4), (JobStatus.CANCELLED, "demo.noop", 1),
+        (JobStatus.PENDING, "demo.noop", 2),
+        (JobStatus.PENDING, "test.flaky", 1),
+        (JobStatus.RUNNING, "test.sleep", 1),
+        (JobStatus.SUCCEEDED, "demo.noop", 3),
+        (JobStatus.DEAD, "test.always_fails", 4),
+        (JobStatus.CANCELLED, "demo.noop", 1),
     ]:
         for _ in range(n):
             job_in(status, kind=kind)
@@ -94,7 +98,9 @@ def test_dashboard_shows_the_dead_count_linking_to_the_dead_jobs(operator_client
     link = re.search(r'<a href="([^"]+)">(\d+)</a>', section(page, 'id="dead-count"', "</td>"))
     assert link and link.groups() == (f"{JOBS}?status__exact=DEAD", "3")
     listed = operator_client.get(link.group(1))
-    assert set(re.findall(r'href="/admin/reliableq/job/([0-9a-f-]{36})/change/', body(listed))) == {str(j.pk) for j in dead}
+    assert set(re.findall(r'href="/admin/reliableq/job/([0-9a-f-]{36})/change/', body(listed))) == {
+        str(j.pk) for j in dead
+    }
 
 
 def test_dashboard_shows_the_age_of_the_oldest_due_pending_job_by_database_time(operator_client: Client) -> None:
@@ -124,12 +130,19 @@ def test_dashboard_oldest_due_age_is_zero_without_due_pending_jobs(operator_clie
 
 def test_dashboard_counts_attempts_and_failures_of_the_last_hour(operator_client: Client) -> None:
     job = job_in(JobStatus.RUNNING, kind="test.flaky")  # one RUNNING attempt, started now
-    outcomes = [Outcome.SUCCEEDED, Outcome.FAILED_TRANSIENT, Outcome.FAILED_PERMANENT, Outcome.TIMED_OUT,
-                Outcome.LEASE_EXPIRED, Outcome.LEASE_LOST]
+    outcomes = [
+        Outcome.SUCCEEDED,
+        Outcome.FAILED_TRANSIENT,
+        Outcome.FAILED_PERMANENT,
+        Outcome.TIMED_OUT,
+        Outcome.LEASE_EXPIRED,
+        Outcome.LEASE_LOST,
+    ]
     for number, outcome in enumerate(outcomes, start=2):
         Attempt.objects.create(job=job, number=number, worker_id="w1", lease_token=uuid.uuid4(), outcome=outcome)
-    old = Attempt.objects.create(job=job, number=99, worker_id="w1", lease_token=uuid.uuid4(),
-                                 outcome=Outcome.FAILED_TRANSIENT)
+    old = Attempt.objects.create(
+        job=job, number=99, worker_id="w1", lease_token=uuid.uuid4(), outcome=Outcome.FAILED_TRANSIENT
+    )
     Attempt.objects.filter(pk=old.pk).update(started_at=Now() - dt.timedelta(hours=2))
     job_in(JobStatus.DEAD)  # its three failed attempts started 3 hours ago
 

@@ -33,18 +33,31 @@ def clock(db: None) -> tuple[dt.datetime, dt.datetime]:
     return now, minute
 
 
-def job(*, status: str = JobStatus.PENDING, kind: str = "demo.noop", created: dt.datetime,
-        run_at: dt.datetime | None = None, finished: dt.datetime | None = None, attempts: int = 0,
-        **fields: object) -> Job:
+def job(
+    *,
+    status: str = JobStatus.PENDING,
+    kind: str = "demo.noop",
+    created: dt.datetime,
+    run_at: dt.datetime | None = None,
+    finished: dt.datetime | None = None,
+    attempts: int = 0,
+    **fields: object,
+) -> Job:
     made = Job.objects.create(status=status, kind=kind, attempts=attempts, finished_at=finished, **fields)
     Job.objects.filter(pk=made.pk).update(created_at=created, run_at=run_at or created)
     return made
 
 
-def attempt(of: Job, number: int, *, started: dt.datetime, seconds: float | None = 1.0,
-            outcome: str = Outcome.SUCCEEDED) -> Attempt:
+def attempt(
+    of: Job, number: int, *, started: dt.datetime, seconds: float | None = 1.0, outcome: str = Outcome.SUCCEEDED
+) -> Attempt:
     return Attempt.objects.create(
-        job=of, number=number, worker_id="w1", lease_token=uuid.uuid4(), started_at=started, outcome=outcome,
+        job=of,
+        number=number,
+        worker_id="w1",
+        lease_token=uuid.uuid4(),
+        started_at=started,
+        outcome=outcome,
         finished_at=None if seconds is None else started + dt.timedelta(seconds=seconds),
     )
 
@@ -93,12 +106,12 @@ def test_backlog_counts_due_jobs_waiting_for_their_first_attempt_at_each_minutes
     job(created=now, run_at=now + dt.timedelta(hours=1))  # scheduled for later: not due, not counted
     job(created=m0 - 50 * MINUTE, run_at=m0 - 10 * MINUTE + s)  # due from minute 10
     expect(10, 0)
-    started_in_hour = job(status=JobStatus.SUCCEEDED, created=m0 - 30 * MINUTE + 10 * s, attempts=1,
-                          finished=m0 - 25 * MINUTE + 11 * s)
+    started_in_hour = job(
+        status=JobStatus.SUCCEEDED, created=m0 - 30 * MINUTE + 10 * s, attempts=1, finished=m0 - 25 * MINUTE + 11 * s
+    )
     attempt(started_in_hour, 1, started=m0 - 25 * MINUTE + 10 * s)  # waited from minute 30, left in minute 25
     expect(30, 26)
-    waited_since_before = job(status=JobStatus.RUNNING, created=m0 - 120 * MINUTE, attempts=1,
-                              lease_token=uuid.uuid4())
+    waited_since_before = job(status=JobStatus.RUNNING, created=m0 - 120 * MINUTE, attempts=1, lease_token=uuid.uuid4())
     attempt(waited_since_before, 1, started=m0 - 40 * MINUTE + s, seconds=None, outcome=Outcome.RUNNING)
     expect(59, 41)
     started_before = job(status=JobStatus.PENDING, created=m0 - 200 * MINUTE, attempts=2)
@@ -121,8 +134,13 @@ def test_p95_by_kind_is_taken_over_finished_handler_runs_of_the_last_hour(clock:
     now, _ = clock
     fast = job(status=JobStatus.SUCCEEDED, kind="k.fast", created=now - dt.timedelta(minutes=50), attempts=1)
     for n in range(1, 21):  # 1 s .. 20 s
-        attempt(fast, n, started=now - dt.timedelta(minutes=40), seconds=float(n),
-                outcome=Outcome.SUCCEEDED if n % 2 else Outcome.FAILED_TRANSIENT)
+        attempt(
+            fast,
+            n,
+            started=now - dt.timedelta(minutes=40),
+            seconds=float(n),
+            outcome=Outcome.SUCCEEDED if n % 2 else Outcome.FAILED_TRANSIENT,
+        )
     attempt(fast, 21, started=now - dt.timedelta(minutes=30), seconds=1000, outcome=Outcome.LEASE_EXPIRED)
     attempt(fast, 22, started=now - dt.timedelta(minutes=30), seconds=1000, outcome=Outcome.LEASE_LOST)
     attempt(fast, 23, started=now - dt.timedelta(minutes=1), seconds=None, outcome=Outcome.RUNNING)
@@ -135,7 +153,9 @@ def test_p95_by_kind_is_taken_over_finished_handler_runs_of_the_last_hour(clock:
 
     # percentile_cont interpolates: position 0.95 * (20 - 1) = 18.05 between 19 s and 20 s.
     assert [(d.kind, round(d.p95_seconds, 3), d.attempts) for d in durations] == [
-        ("k.slow", 100.0, 2), ("k.fast", 19.05, 20)]
+        ("k.slow", 100.0, 2),
+        ("k.fast", 19.05, 20),
+    ]
     assert [d.kind for d in stats.p95_by_kind(limit=1)] == ["k.slow"]
 
 
@@ -175,8 +195,10 @@ def test_dashboard_draws_the_charts_as_svg_with_their_numbers_in_tables(clock: t
 
 def test_bars_stack_to_their_counts_on_a_scale_rounded_up_to_a_nice_number() -> None:
     base = dt.datetime(2026, 1, 1, 10, 0, tzinfo=dt.timezone.utc)
-    minutes = [stats.FinishedMinute(minute=base + i * MINUTE, counts={"SUCCEEDED": 0, "DEAD": 0, "CANCELLED": 0})
-               for i in range(60)]
+    minutes = [
+        stats.FinishedMinute(minute=base + i * MINUTE, counts={"SUCCEEDED": 0, "DEAD": 0, "CANCELLED": 0})
+        for i in range(60)
+    ]
     minutes[10] = stats.FinishedMinute(minute=minutes[10].minute, counts={"SUCCEEDED": 6, "DEAD": 2, "CANCELLED": 1})
 
     chart = charts.finished_chart(minutes)
@@ -184,7 +206,10 @@ def test_bars_stack_to_their_counts_on_a_scale_rounded_up_to_a_nice_number() -> 
     assert [t.label for t in chart.y_ticks] == ["0", "5", "10"]  # 9 rounds up to 10
     plot = chart.bottom - chart.top
     assert [(b.series, b.height) for b in chart.bars] == [
-        ("succeeded", round(plot * 0.6, 1)), ("dead", round(plot * 0.2, 1)), ("cancelled", round(plot * 0.1, 1))]
+        ("succeeded", round(plot * 0.6, 1)),
+        ("dead", round(plot * 0.2, 1)),
+        ("cancelled", round(plot * 0.1, 1)),
+    ]
     assert chart.bars[0].y + chart.bars[0].height == pytest.approx(chart.bottom, abs=0.1)
     assert chart.bars[1].y + chart.bars[1].height == pytest.approx(chart.bars[0].y, abs=0.1)
     assert [t.label for t in chart.x_ticks] == ["10:00", "10:10", "10:20", "10:30", "10:40", "10:50"]
@@ -202,4 +227,9 @@ def test_charts_of_an_idle_hour_have_no_shapes_and_a_unit_scale() -> None:
     assert charts.nice_ceiling(0) == 1 and charts.nice_ceiling(11) == 20 and charts.nice_ceiling(200) == 200
     assert charts.nice_ceiling(201) == 500 and charts.nice_ceiling(7.5) == 10 and charts.nice_ceiling(600) == 1000
     assert [charts.seconds(v) for v in (0.0042, 0.25, 1.5, 19.05, 1234.5)] == [
-        "4.2 ms", "250 ms", "1.5 s", "19.1 s", "1234 s"]
+        "4.2 ms",
+        "250 ms",
+        "1.5 s",
+        "19.1 s",
+        "1234 s",
+    ]

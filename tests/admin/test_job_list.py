@@ -111,7 +111,7 @@ def test_queue_filter_offers_the_queues_in_use_and_shows_only_that_queue(operato
     job_in(JobStatus.PENDING, queue="reports")
 
     page = body(operator_client.get(LIST))
-    queue_filter = page[page.index('data-filter-title="queue"'):]
+    queue_filter = page[page.index('data-filter-title="queue"') :]
     queue_filter = queue_filter[: queue_filter.index("</details>")]
     assert re.findall(r'href="\?queue=([^"]+)"', queue_filter) == ["default", "emails", "reports"]
 
@@ -176,8 +176,9 @@ def test_job_list_and_confirmation_page_escape_html_in_errors(operator_client: C
     job = job_in(JobStatus.DEAD, last_error=hostile)
 
     listing = body(operator_client.get(LIST))
-    confirmation = body(operator_client.post(
-        LIST, {"action": "replay_selected", "_selected_action": [str(job.pk)], "index": "0"}))
+    confirmation = body(
+        operator_client.post(LIST, {"action": "replay_selected", "_selected_action": [str(job.pk)], "index": "0"})
+    )
 
     for page in (listing, confirmation):
         assert "<img src=x" not in page

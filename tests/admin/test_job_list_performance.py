@@ -64,7 +64,8 @@ def page_queries(client: Client, url: str) -> list[str]:
 def unbounded_counts(queries: list[str]) -> list[str]:
     """COUNT queries over reliableq_job with no LIMIT: each one reads the whole (filtered) table."""
     return [
-        sql for sql in queries
+        sql
+        for sql in queries
         if re.search(r"\bCOUNT\(", sql, re.I) and '"reliableq_job"' in sql and not re.search(r"\bLIMIT\b", sql, re.I)
     ]
 
@@ -124,7 +125,8 @@ def test_dead_jobs_list_query_uses_the_status_created_index(operator_client: Cli
     assert response.status_code == 200
     assert len(listed_ids(response)) == 50  # one page of the 60 DEAD jobs, newest first
     main = [
-        q["sql"] for q in captured.captured_queries
+        q["sql"]
+        for q in captured.captured_queries
         if q["sql"].startswith('SELECT "reliableq_job"."id"') and "ORDER BY" in q["sql"]
     ]
     assert len(main) == 1, [q["sql"] for q in captured.captured_queries]

@@ -65,15 +65,19 @@ def test_job_page_shows_every_attempt_inline_with_outcome_worker_token_times_dur
 ) -> None:
     job = job_in(JobStatus.RUNNING, kind="test.flaky", max_attempts=5)
     Attempt.objects.filter(job=job).delete()
-    add_attempts(job, [Outcome.FAILED_TRANSIENT, Outcome.TIMED_OUT, Outcome.RUNNING], seconds=2.25,
-                 errors=["TransientError: attempt 1 failed on purpose", "timed out after 1s", ""])
+    add_attempts(
+        job,
+        [Outcome.FAILED_TRANSIENT, Outcome.TIMED_OUT, Outcome.RUNNING],
+        seconds=2.25,
+        errors=["TransientError: attempt 1 failed on purpose", "timed out after 1s", ""],
+    )
     Job.objects.filter(pk=job.pk).update(attempts=3)
     attempts = list(Attempt.objects.filter(job=job).order_by("number"))
 
     rows = attempt_rows(operator_client.get(page_url(job)))
 
     assert [row["number"] for row in rows] == ["1", "2", "3"]
-    for row, attempt in zip(rows, attempts):
+    for row, attempt in zip(rows, attempts, strict=True):
         assert row["outcome_badge"] == attempt.outcome
         assert row["worker_id"] == attempt.worker_id
         assert row["lease_token"] == str(attempt.lease_token)
@@ -91,13 +95,19 @@ def test_attempt_history_is_shown_to_a_viewer_without_a_separate_attempt_permiss
     rows = attempt_rows(viewer_client.get(page_url(job)))
 
     assert [(r["number"], r["outcome_badge"]) for r in rows] == [
-        ("1", "FAILED_TRANSIENT"), ("2", "FAILED_TRANSIENT"), ("3", "FAILED_PERMANENT"),
+        ("1", "FAILED_TRANSIENT"),
+        ("2", "FAILED_TRANSIENT"),
+        ("3", "FAILED_PERMANENT"),
     ]
 
 
 def test_job_page_pretty_prints_the_payload_in_a_pre_and_escapes_it(operator_client: Client) -> None:
-    payload = {"amount": 1200, "currency": "EUR", "customer": {"id": "c_1", "tags": ["vip", "eu"]},
-               "note": "<script>alert('x')</script>"}
+    payload = {
+        "amount": 1200,
+        "currency": "EUR",
+        "customer": {"id": "c_1", "tags": ["vip", "eu"]},
+        "note": "<script>alert('x')</script>",
+    }
     job = job_in(JobStatus.PENDING, kind="charge", payload=payload)
 
     page = body(operator_client.get(page_url(job)))
@@ -119,7 +129,9 @@ def test_charge_job_page_links_to_the_charges_admin_filtered_by_its_effect_key(o
     page = body(operator_client.get(page_url(job)))
 
     assert effect_key in text(section(page, "field-effect_key", "field-effect_link"))
-    link = re.search(r'<a href="([^"]+)">charges with key ([^<]+)</a>', section(page, "field-effect_link", "</fieldset>"))
+    link = re.search(
+        r'<a href="([^"]+)">charges with key ([^<]+)</a>', section(page, "field-effect_link", "</fieldset>")
+    )
     assert link, "no charges link on a charge job's page"
     href, label = html.unescape(link.group(1)), link.group(2)
     assert href == f"/admin/charges/charge/?q={effect_key}"

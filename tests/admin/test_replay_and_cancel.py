@@ -57,8 +57,11 @@ def snapshot(job: Job) -> tuple[Any, ...]:
 
 
 def history(job: Job) -> list[tuple[Any, ...]]:
-    return list(Attempt.objects.filter(job=job).order_by("number").values_list(
-        "id", "number", "outcome", "worker_id", "lease_token", "started_at", "finished_at", "error"))
+    return list(
+        Attempt.objects.filter(job=job)
+        .order_by("number")
+        .values_list("id", "number", "outcome", "worker_id", "lease_token", "started_at", "finished_at", "error")
+    )
 
 
 def audit_entries(job: Job) -> list[LogEntry]:
@@ -101,7 +104,8 @@ def test_replay_confirmation_lists_the_dead_jobs_and_the_skipped_ones_and_change
 
 
 def test_confirmed_replay_sends_only_dead_jobs_back_to_pending_with_same_id_history_and_effect_key(
-    operator_client: Client, operator: User,
+    operator_client: Client,
+    operator: User,
 ) -> None:
     dead = [job_in(JobStatus.DEAD), job_in(JobStatus.DEAD, kind="test.flaky", max_attempts=5, attempts=2)]
     pending, succeeded = job_in(JobStatus.PENDING), job_in(JobStatus.SUCCEEDED)
@@ -170,7 +174,8 @@ def test_replay_button_replays_the_job_audits_it_and_says_so(operator_client: Cl
 
 
 def test_replay_button_is_not_shown_to_a_viewer_nor_on_a_job_that_is_not_dead(
-    operator_client: Client, viewer_client: Client,
+    operator_client: Client,
+    viewer_client: Client,
 ) -> None:
     dead = job_in(JobStatus.DEAD)
 
@@ -250,7 +255,9 @@ def test_cancel_confirmation_lists_the_pending_jobs_and_the_skipped_ones(operato
 
     page = body(response)
     assert "Cancel 2 job(s)?" in page
-    assert set(re.findall(r"[0-9a-f-]{36}", section(page, 'id="eligible-jobs"', "</ul>"))) == {str(j.pk) for j in pending}
+    assert set(re.findall(r"[0-9a-f-]{36}", section(page, 'id="eligible-jobs"', "</ul>"))) == {
+        str(j.pk) for j in pending
+    }
     assert f"{dead.pk} test.always_fails (DEAD)" in text(section(page, 'id="skipped-jobs"', "</ul>"))
     assert all(Job.objects.get(pk=j.pk).status == JobStatus.PENDING for j in pending)
 

@@ -22,7 +22,10 @@ ALL_PERMS = (VIEW, REPLAY, CANCEL, SUBMIT, PAUSE, ADD_CHARGE, VIEW_CHARGE)
 
 
 def make_user(username: str, *perms: str, password: str | None = None) -> User:
-    """A user with these permissions (a bare codename is reliableq's); no password unless asked (hashing costs ~0.3 s)."""
+    """A user with these permissions (a bare codename is reliableq's).
+
+    No password unless asked: hashing one costs ~0.3 s.
+    """
     user = User.objects.create_user(username, password=password)
     accounts.grant(user, *(perm if "." in perm else f"reliableq.{perm}" for perm in perms))
     assert user.user_permissions.count() == len(perms)

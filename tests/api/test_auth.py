@@ -114,16 +114,21 @@ def test_submit_job_alone_is_enough_to_submit(make_client):
 
 def test_creating_charges_needs_charges_add_charge(make_client):
     refused = make_client(VIEW, SUBMIT, REPLAY, CANCEL).post(
-        "/v1/charges", {"amount": 100, "currency": "EUR"}, format="json", HTTP_IDEMPOTENCY_KEY="charge-1")
+        "/v1/charges", {"amount": 100, "currency": "EUR"}, format="json", HTTP_IDEMPOTENCY_KEY="charge-1"
+    )
     assert "charges.add_charge" in problem_of(refused, 403)["detail"]
-    response = make_client(ADD_CHARGE).post("/v1/charges", {"amount": 100, "currency": "EUR"}, format="json",
-                                            HTTP_IDEMPOTENCY_KEY="charge-1")
+    response = make_client(ADD_CHARGE).post(
+        "/v1/charges", {"amount": 100, "currency": "EUR"}, format="json", HTTP_IDEMPOTENCY_KEY="charge-1"
+    )
     assert response.status_code == 201, response.content
 
 
 def test_reading_a_charge_needs_charges_view_charge(make_client):
-    created = make_client(ADD_CHARGE).post("/v1/charges", {"amount": 100, "currency": "EUR"}, format="json",
-                                           HTTP_IDEMPOTENCY_KEY="charge-2").json()
+    created = (
+        make_client(ADD_CHARGE)
+        .post("/v1/charges", {"amount": 100, "currency": "EUR"}, format="json", HTTP_IDEMPOTENCY_KEY="charge-2")
+        .json()
+    )
     path = f"/v1/charges/{created['id']}"
     assert "charges.view_charge" in problem_of(make_client(VIEW, ADD_CHARGE).get(path), 403)["detail"]
     assert make_client(VIEW_CHARGE).get(path).json()["id"] == created["id"]

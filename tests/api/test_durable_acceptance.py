@@ -65,12 +65,17 @@ def test_other_submissions_still_commit_and_get_202_while_the_trigger_is_armed(a
 
 def test_idempotency_key_of_a_failed_commit_is_not_taken(api, fail_at_commit):
     """Nothing was accepted, so the key is still free: another body under it is a new job, not a 409."""
-    failed = api.post("/v1/jobs", {"kind": "demo.noop", "payload": {"fail_at_commit": 1}}, format="json",
-                      HTTP_IDEMPOTENCY_KEY="k-after-failure")
+    failed = api.post(
+        "/v1/jobs",
+        {"kind": "demo.noop", "payload": {"fail_at_commit": 1}},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k-after-failure",
+    )
     problem_of(failed, 503)
 
-    retried = api.post("/v1/jobs", {"kind": "demo.noop", "payload": {"n": 1}}, format="json",
-                       HTTP_IDEMPOTENCY_KEY="k-after-failure")
+    retried = api.post(
+        "/v1/jobs", {"kind": "demo.noop", "payload": {"n": 1}}, format="json", HTTP_IDEMPOTENCY_KEY="k-after-failure"
+    )
 
     assert retried.status_code == 202, retried.content
     assert list(Job.objects.values_list("dedupe_key", "payload")) == [("k-after-failure", {"n": 1})]

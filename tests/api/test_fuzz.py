@@ -14,7 +14,6 @@ APIOperation.as_strategy, which is schemathesis' public API too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import hypothesis.errors
@@ -50,9 +49,16 @@ SETTINGS = settings(
     print_blob=False,
 )
 # Operations whose every input is an unconstrained string or absent: nothing to negate.
-NOTHING_TO_NEGATE = {"GET /v1/jobs/{id}", "POST /v1/jobs/{id}/replay", "POST /v1/jobs/{id}/cancel",
-                     "GET /v1/stats", "GET /v1/charges/{id}", "GET /v1/schema", "GET /v1/ready",
-                     "GET /v1/metrics"}
+NOTHING_TO_NEGATE = {
+    "GET /v1/jobs/{id}",
+    "POST /v1/jobs/{id}/replay",
+    "POST /v1/jobs/{id}/cancel",
+    "GET /v1/stats",
+    "GET /v1/charges/{id}",
+    "GET /v1/schema",
+    "GET /v1/ready",
+    "GET /v1/metrics",
+}
 
 
 def describe(exc: BaseException) -> str:
@@ -74,8 +80,12 @@ def served_document(url: str) -> dict[str, Any]:
 
 def test_fuzzed_requests_get_no_5xx_and_only_answers_the_schema_documents(live_api):
     jobs = [str(job_in(status).id) for status in JobStatus.values for _ in range(2)]
-    charge = requests.post(live_api.url + "/v1/charges", json={"amount": 500, "currency": "EUR"},
-                           headers={**live_api.headers, "Idempotency-Key": "fuzz-charge"}, timeout=10)
+    charge = requests.post(
+        live_api.url + "/v1/charges",
+        json={"amount": 500, "currency": "EUR"},
+        headers={**live_api.headers, "Idempotency-Key": "fuzz-charge"},
+        timeout=10,
+    )
     assert charge.status_code == 201, charge.text
     known_ids = {"/v1/jobs": jobs, "/v1/charges": [charge.json()["id"]] + jobs[:2]}
 
@@ -91,8 +101,9 @@ def test_fuzzed_requests_get_no_5xx_and_only_answers_the_schema_documents(live_a
         @given(case=strategy)
         def run(case: Any) -> None:
             ran[label] += 1
-            case.call_and_validate(base_url=live_api.url, headers=live_api.headers, checks=CHECKS,
-                                   session=session, timeout=30)
+            case.call_and_validate(
+                base_url=live_api.url, headers=live_api.headers, checks=CHECKS, session=session, timeout=30
+            )
 
         try:
             run()
@@ -109,8 +120,10 @@ def test_fuzzed_requests_get_no_5xx_and_only_answers_the_schema_documents(live_a
             fuzz(f"{operation.label} [{mode.value}]", operation.as_strategy(generation_mode=mode))
         if "{id}" in operation.path:
             ids = known_ids[operation.path.split("/{id}")[0]]
-            existing: Callable[[str], st.SearchStrategy[Any]] = (
-                lambda i, op=operation: op.as_strategy(path_parameters={"id": i}))
+
+            def existing(i: str, op: Any = operation) -> st.SearchStrategy[Any]:
+                return op.as_strategy(path_parameters={"id": i})
+
             fuzz(f"{operation.label} [existing ids]", st.sampled_from(ids).flatmap(existing))
     elapsed = time.monotonic() - started
 

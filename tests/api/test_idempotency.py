@@ -21,8 +21,14 @@ from .jobs import claim_one, finish, fresh_queue
 
 # A run_at within MAX_SCHEDULE_SECONDS (a year), whole seconds so that it compares exactly.
 SOON = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).replace(microsecond=0)
-BODY = {"kind": "demo.noop", "payload": {"order": 17, "lines": [1, 2]}, "queue": "orders", "priority": 2,
-        "max_attempts": 4, "run_at": SOON.isoformat()}
+BODY = {
+    "kind": "demo.noop",
+    "payload": {"order": 17, "lines": [1, 2]},
+    "queue": "orders",
+    "priority": 2,
+    "max_attempts": 4,
+    "run_at": SOON.isoformat(),
+}
 
 
 def submit(client: APIClient, body: dict[str, Any], key: str = "order-17") -> Any:
@@ -45,8 +51,9 @@ def test_same_key_and_same_body_with_keys_in_another_order_is_the_same_submissio
     first = submit(api, BODY)
     reordered = dict(reversed(list(BODY.items())))
     reordered["payload"] = {"lines": [1, 2], "order": 17}
-    again = api.generic("POST", "/v1/jobs", json.dumps(reordered), content_type="application/json",
-                        HTTP_IDEMPOTENCY_KEY="order-17")
+    again = api.generic(
+        "POST", "/v1/jobs", json.dumps(reordered), content_type="application/json", HTTP_IDEMPOTENCY_KEY="order-17"
+    )
 
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
 
@@ -188,8 +195,12 @@ def test_concurrent_identical_submissions_to_a_live_server_make_one_job(live_api
     def attempt(i: int) -> tuple[int, str]:
         conn = http.client.HTTPConnection(host, int(port), timeout=30)
         try:
-            conn.request("POST", "/v1/jobs", body=payload, headers={
-                **live_api.headers, "Content-Type": "application/json", "Idempotency-Key": "race-live"})
+            conn.request(
+                "POST",
+                "/v1/jobs",
+                body=payload,
+                headers={**live_api.headers, "Content-Type": "application/json", "Idempotency-Key": "race-live"},
+            )
             response = conn.getresponse()
             return response.status, json.loads(response.read())["id"]
         finally:

@@ -22,9 +22,25 @@ from .jobs import claim_one, finish, fresh_queue, job_in
 pytestmark = pytest.mark.django_db
 
 JOB_FIELDS = {
-    "id", "kind", "queue", "priority", "payload", "status", "attempt_count", "max_attempts", "run_at",
-    "lease_expires_at", "worker_id", "last_error", "dedupe_key", "effect_key", "submitted_by", "created_at", "updated_at",
-    "finished_at", "attempts",
+    "id",
+    "kind",
+    "queue",
+    "priority",
+    "payload",
+    "status",
+    "attempt_count",
+    "max_attempts",
+    "run_at",
+    "lease_expires_at",
+    "worker_id",
+    "last_error",
+    "dedupe_key",
+    "effect_key",
+    "submitted_by",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "attempts",
 }
 
 
@@ -37,9 +53,14 @@ def parse_time(value: str) -> dt.datetime:
 
 def test_submit_answers_202_with_location_and_the_committed_job(api):
     soon = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).replace(microsecond=0)
-    body = {"kind": "demo.noop", "payload": {"user_id": 7, "tags": ["a", "b"]}, "queue": "mail.high",
-            "priority": -5, "max_attempts": 2,
-            "run_at": soon.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat()}
+    body = {
+        "kind": "demo.noop",
+        "payload": {"user_id": 7, "tags": ["a", "b"]},
+        "queue": "mail.high",
+        "priority": -5,
+        "max_attempts": 2,
+        "run_at": soon.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat(),
+    }
     response = api.post("/v1/jobs", body, format="json")
 
     assert response.status_code == 202, response.content
@@ -56,7 +77,12 @@ def test_submit_answers_202_with_location_and_the_committed_job(api):
 
     row = Job.objects.get(pk=job["id"])
     assert (row.kind, row.payload, row.queue, row.priority, row.max_attempts, row.status) == (
-        "demo.noop", body["payload"], "mail.high", -5, 2, JobStatus.PENDING
+        "demo.noop",
+        body["payload"],
+        "mail.high",
+        -5,
+        2,
+        JobStatus.PENDING,
     )
 
 
@@ -71,7 +97,9 @@ def test_submit_fills_in_the_default_queue_priority_run_at_and_the_kinds_budget(
 
 
 def test_submit_with_idempotency_key_stores_it_as_the_dedupe_key(api):
-    response = api.post("/v1/jobs", {"kind": "demo.noop", "payload": {}}, format="json", HTTP_IDEMPOTENCY_KEY="order-17")
+    response = api.post(
+        "/v1/jobs", {"kind": "demo.noop", "payload": {}}, format="json", HTTP_IDEMPOTENCY_KEY="order-17"
+    )
 
     assert response.status_code == 202
     assert response.json()["dedupe_key"] == "order-17"
@@ -83,8 +111,9 @@ def test_submit_with_idempotency_key_stores_it_as_the_dedupe_key(api):
 
 def test_get_job_lists_every_attempt_after_a_retry_and_a_success(api):
     queue = fresh_queue()
-    job_id = api.post("/v1/jobs", {"kind": "test.flaky", "payload": {"failures": 1}, "queue": queue},
-                      format="json").json()["id"]
+    job_id = api.post(
+        "/v1/jobs", {"kind": "test.flaky", "payload": {"failures": 1}, "queue": queue}, format="json"
+    ).json()["id"]
     first = claim_one(queue, worker_id="w-a")
     finish(first, JobStatus.PENDING, Outcome.FAILED_TRANSIENT, "attempt 1 failed on purpose")
     second = claim_one(queue, worker_id="w-b")
@@ -376,8 +405,18 @@ def test_schema_documents_every_route_and_method_served_including_charges(anon):
     documented = {path: set(ops) for path, ops in document["paths"].items()}
 
     assert documented == routes_served()
-    assert {"/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/replay", "/v1/jobs/{id}/cancel", "/v1/stats",
-            "/v1/charges", "/v1/charges/{id}", "/v1/schema", "/v1/ready", "/v1/metrics"} == set(documented)
+    assert {
+        "/v1/jobs",
+        "/v1/jobs/{id}",
+        "/v1/jobs/{id}/replay",
+        "/v1/jobs/{id}/cancel",
+        "/v1/stats",
+        "/v1/charges",
+        "/v1/charges/{id}",
+        "/v1/schema",
+        "/v1/ready",
+        "/v1/metrics",
+    } == set(documented)
 
 
 def test_schema_documents_the_contract_status_codes_of_each_operation(anon):

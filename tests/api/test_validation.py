@@ -47,14 +47,18 @@ def test_unknown_kind_is_400_naming_only_the_kind_asked_for(api):
         assert other not in body["detail"], f"the 400 reveals the registered kind {other!r}"
 
 
-@pytest.mark.parametrize("body,fields", [
-    ({"payload": {}}, {"kind"}),
-    ({"kind": "demo.noop"}, {"payload"}),
-    ({}, {"kind", "payload"}),
-    ({"kind": "", "payload": {}}, {"kind"}),
-    ({"kind": None, "payload": {}}, {"kind"}),
-    ({"kind": "x" * 201, "payload": {}}, {"kind"}),
-], ids=["no-kind", "no-payload", "empty", "blank-kind", "null-kind", "long-kind"])
+@pytest.mark.parametrize(
+    "body,fields",
+    [
+        ({"payload": {}}, {"kind"}),
+        ({"kind": "demo.noop"}, {"payload"}),
+        ({}, {"kind", "payload"}),
+        ({"kind": "", "payload": {}}, {"kind"}),
+        ({"kind": None, "payload": {}}, {"kind"}),
+        ({"kind": "x" * 201, "payload": {}}, {"kind"}),
+    ],
+    ids=["no-kind", "no-payload", "empty", "blank-kind", "null-kind", "long-kind"],
+)
 def test_missing_or_blank_kind_and_payload_are_400_naming_them(api, body, fields):
     invalid(api.post("/v1/jobs", body, format="json"), *fields)
 
@@ -64,13 +68,17 @@ def test_payload_that_is_not_an_object_is_400_naming_payload(api, payload):
     invalid(api.post("/v1/jobs", {"kind": "demo.noop", "payload": payload}, format="json"), "payload")
 
 
-@pytest.mark.parametrize("raw", [
-    '{"a": "x\\u0000y"}',
-    '{"a\\u0000": 1}',
-    '{"a": ["fine", {"deep": "\\u0000"}]}',
-    '{"a": "\\ud800"}',
-    '{"a": 1e400}',
-], ids=["nul-value", "nul-key", "nested-nul", "lone-surrogate", "infinite-number"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"a": "x\\u0000y"}',
+        '{"a\\u0000": 1}',
+        '{"a": ["fine", {"deep": "\\u0000"}]}',
+        '{"a": "\\ud800"}',
+        '{"a": 1e400}',
+    ],
+    ids=["nul-value", "nul-key", "nested-nul", "lone-surrogate", "infinite-number"],
+)
 def test_payload_that_postgresql_cannot_store_is_400_not_503(api, raw):
     """Valid JSON that jsonb refuses: answered as a bad payload, not as "unavailable, try again"."""
     invalid(post_raw(api, '{"kind": "demo.noop", "payload": %s}' % raw), "payload")
@@ -111,8 +119,12 @@ def test_body_over_the_servers_upload_limit_is_413_problem_not_an_html_400(api):
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
 def test_charge_body_over_the_servers_upload_limit_is_413_problem(api):
-    response = api.post("/v1/charges", {"amount": 1, "currency": "EUR", "description": "d" * 2000}, format="json",
-                        HTTP_IDEMPOTENCY_KEY="big")
+    response = api.post(
+        "/v1/charges",
+        {"amount": 1, "currency": "EUR", "description": "d" * 2000},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="big",
+    )
     problem_of(response, 413)
 
 
@@ -126,8 +138,11 @@ def test_body_that_is_not_json_is_415_problem(api, content_type):
     assert Job.objects.count() == 0
 
 
-@pytest.mark.parametrize("raw", ['{"kind": "demo.noop", "payload": {}', "{'kind': 'demo.noop'}", "nope", '{"a": NaN}'],
-                         ids=["truncated", "single-quotes", "bare-word", "nan"])
+@pytest.mark.parametrize(
+    "raw",
+    ['{"kind": "demo.noop", "payload": {}', "{'kind': 'demo.noop'}", "nope", '{"a": NaN}'],
+    ids=["truncated", "single-quotes", "bare-word", "nan"],
+)
 def test_malformed_json_is_400_problem(api, raw):
     body = problem_of(post_raw(api, raw), 400)
     assert "JSON parse error" in body["detail"]
@@ -171,16 +186,20 @@ def test_priority_and_max_attempts_at_their_bounds_are_accepted(api, priority, m
     assert response.status_code == 202, response.content
 
 
-@pytest.mark.parametrize("value", [
-    "2030-01-01T12:00:00",  # naive: refused, not guessed
-    "2030-01-01 12:00",
-    "tomorrow",
-    "2030-13-01T00:00:00Z",
-    "2030-02-30T00:00:00Z",
-    "",
-    1893456000,
-    "0001-01-01T00:00:00+01:00",  # before year 1 in UTC
-], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2030-01-01T12:00:00",  # naive: refused, not guessed
+        "2030-01-01 12:00",
+        "tomorrow",
+        "2030-13-01T00:00:00Z",
+        "2030-02-30T00:00:00Z",
+        "",
+        1893456000,
+        "0001-01-01T00:00:00+01:00",  # before year 1 in UTC
+    ],
+    ids=repr,
+)
 def test_naive_unparsable_or_out_of_range_run_at_is_400(api, value):
     invalid(api.post("/v1/jobs", {**GOOD, "run_at": value}, format="json"), "run_at")
 
@@ -207,21 +226,25 @@ def crafted_cursor(raw: str) -> str:
     return base64.b64encode(raw.encode()).decode()
 
 
-@pytest.mark.parametrize("params,field", [
-    ({"status": "NOPE"}, "status"),
-    ({"status": "pending"}, "status"),
-    ({"page_size": "0"}, "page_size"),
-    ({"page_size": "-1"}, "page_size"),
-    ({"page_size": "501"}, "page_size"),
-    ({"page_size": "ten"}, "page_size"),
-    ({"queue": "bad queue"}, "queue"),
-    ({"kind": "k" * 201}, "kind"),
-    ({"kind": "a\x00b"}, "kind"),
-    ({"cursor": "garbage"}, "cursor"),
-    ({"cursor": crafted_cursor("p=not-a-time")}, "cursor"),
-    ({"cursor": crafted_cursor("p=2030-01-01 00:00:00")}, "cursor"),  # naive position
-    ({"cursor": crafted_cursor("p=2030-02-30 00:00:00+00:00")}, "cursor"),
-], ids=lambda v: repr(v)[:40] if isinstance(v, dict) else v)
+@pytest.mark.parametrize(
+    "params,field",
+    [
+        ({"status": "NOPE"}, "status"),
+        ({"status": "pending"}, "status"),
+        ({"page_size": "0"}, "page_size"),
+        ({"page_size": "-1"}, "page_size"),
+        ({"page_size": "501"}, "page_size"),
+        ({"page_size": "ten"}, "page_size"),
+        ({"queue": "bad queue"}, "queue"),
+        ({"kind": "k" * 201}, "kind"),
+        ({"kind": "a\x00b"}, "kind"),
+        ({"cursor": "garbage"}, "cursor"),
+        ({"cursor": crafted_cursor("p=not-a-time")}, "cursor"),
+        ({"cursor": crafted_cursor("p=2030-01-01 00:00:00")}, "cursor"),  # naive position
+        ({"cursor": crafted_cursor("p=2030-02-30 00:00:00+00:00")}, "cursor"),
+    ],
+    ids=lambda v: repr(v)[:40] if isinstance(v, dict) else v,
+)
 def test_bad_list_filters_are_400_naming_the_parameter(api, params, field):
     body = problem_of(api.get("/v1/jobs", params), 400)
     assert set(body["errors"]) == {field}, body
@@ -239,12 +262,15 @@ BAD_IDS = ["nope", "1234", "00000000-0000-0000-0000-00000000000g", "000000000000
 
 
 @pytest.mark.parametrize("bad_id", BAD_IDS)
-@pytest.mark.parametrize("method,template", [
-    ("get", "/v1/jobs/{}"),
-    ("post", "/v1/jobs/{}/replay"),
-    ("post", "/v1/jobs/{}/cancel"),
-    ("get", "/v1/charges/{}"),
-])
+@pytest.mark.parametrize(
+    "method,template",
+    [
+        ("get", "/v1/jobs/{}"),
+        ("post", "/v1/jobs/{}/replay"),
+        ("post", "/v1/jobs/{}/cancel"),
+        ("get", "/v1/charges/{}"),
+    ],
+)
 def test_malformed_ids_are_404_problem_not_500(api, method, template, bad_id):
     problem_of(getattr(api, method)(template.format(bad_id)), 404)
 

@@ -26,8 +26,10 @@ def test_a_repetition_below_half_the_median_of_its_siblings_is_listed_with_its_p
     text = findings.markdown(review)
     assert text.startswith("## Findings")
     row = next(line for line in text.splitlines() if line.startswith("| throughput |"))
-    assert row == ("| throughput | system ReliableQ, job noop, workers 2 x 16, run tp-p2 | 2 | 255 jobs/s | "
-                   "7,728 jobs/s | 3% | 7,325, 8,130 |")
+    assert row == (
+        "| throughput | system ReliableQ, job noop, workers 2 x 16, run tp-p2 | 2 | 255 jobs/s | "
+        "7,728 jobs/s | 3% | 7,325, 8,130 |"
+    )
 
 
 @pytest.mark.parametrize("values", [[7325.0, 6800.0, 8130.0], [4000.0, 8000.0, 8000.0], [8000.0, 4100.0]])
@@ -59,9 +61,15 @@ def test_the_report_lists_findings_right_after_the_targets() -> None:
     from bench.scenarios import Section
 
     review = findings.review([("throughput", Summary([7325.0, 255.0, 8130.0], params=PARAMS))])
-    text = report.markdown(title="t", header=[], summary="## Targets\n\n...", findings=findings.markdown(review),
-                           sections=[Section("throughput", "Execution throughput: no-op jobs")], gate=Gate(),
-                           closing="")
+    text = report.markdown(
+        title="t",
+        header=[],
+        summary="## Targets\n\n...",
+        findings=findings.markdown(review),
+        sections=[Section("throughput", "Execution throughput: no-op jobs")],
+        gate=Gate(),
+        closing="",
+    )
 
     assert text.index("## Targets") < text.index("## Findings") < text.index("## Execution throughput")
     assert "| throughput | system ReliableQ, job noop, workers 2 x 16, run tp-p2 | 2 | 255 jobs/s |" in text
@@ -69,12 +77,15 @@ def test_the_report_lists_findings_right_after_the_targets() -> None:
 
 def test_the_targets_show_the_range_of_every_repetition_beside_each_median() -> None:
     fleet = Summary([1600.0, 1500.0, 1700.0])
-    bench = SimpleNamespace(p=PROFILES["quick"], results={
-        "fleet": fleet,
-        "fleet_peers": {"procrastinate": Summary([400.0, 500.0, 450.0])},
-        "enqueue_one": Summary([2000.0]),  # one repetition: no range to show
-        "pileup": (fleet, Summary([1200.0, 1300.0, 1400.0]), 1_000_000),
-    })
+    bench = SimpleNamespace(
+        p=PROFILES["quick"],
+        results={
+            "fleet": fleet,
+            "fleet_peers": {"procrastinate": Summary([400.0, 500.0, 450.0])},
+            "enqueue_one": Summary([2000.0]),  # one repetition: no range to show
+            "pileup": (fleet, Summary([1200.0, 1300.0, 1400.0]), 1_000_000),
+        },
+    )
     table = harness._targets_table(harness._targets(bench))
 
     assert "| no-op processing with a fleet (2 x 16) | 1,600 jobs/s (1,500–1,700) |" in table

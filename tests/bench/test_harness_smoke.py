@@ -43,7 +43,11 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     try:
         result = subprocess.run(
             [sys.executable, "-m", "bench", "--profile", "smoke", "--out", str(out), "--data-dir", str(DATA_DIR)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=220,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=220,
         )
     finally:
         from testproject import embedded
@@ -55,7 +59,7 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
 
     report = (out / "report.md").read_text()
     positions = [report.find(heading) for heading in SECTIONS]
-    assert all(p >= 0 for p in positions), [h for h, p in zip(SECTIONS, positions) if p < 0]
+    assert all(p >= 0 for p in positions), [h for h, p in zip(SECTIONS, positions, strict=True) if p < 0]
     assert positions == sorted(positions)
     assert "all passed" in report
     assert "This scenario failed" not in report

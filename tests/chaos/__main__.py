@@ -38,16 +38,21 @@ def main() -> int:
         totals += outcome.faults
         statuses += outcome.statuses
         faults = ", ".join(f"{k} {v}" for k, v in sorted(outcome.faults.items()))
-        print(f"| {seed} | {outcome.jobs} | {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
-              f"| {len(outcome.report.violations)} | {outcome.seconds:.0f} |", flush=True)
+        print(
+            f"| {seed} | {outcome.jobs} | {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
+            f"| {len(outcome.report.violations)} | {outcome.seconds:.0f} |",
+            flush=True,
+        )
         if not outcome.ok:
             failed.append(seed)
             for line in outcome.report.violations:
                 print(f"    {line}", file=sys.stderr)
             print(f"    reproduce: {reproduce_command(seed, profile)}", file=sys.stderr)
     print()
-    print(f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {statuses['SUCCEEDED']} SUCCEEDED, "
-          f"{statuses['DEAD']} DEAD, violations in {len(failed)} seed(s), {time.monotonic() - started:.0f}s")
+    print(
+        f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {statuses['SUCCEEDED']} SUCCEEDED, "
+        f"{statuses['DEAD']} DEAD, violations in {len(failed)} seed(s), {time.monotonic() - started:.0f}s"
+    )
     print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
     return 1 if failed else 0
 

@@ -66,7 +66,8 @@ def check(conn: psycopg.Connection[Any], *, concurrency: int) -> Report:
           JOIN {ATTEMPT} a ON a.job_id = j.id AND a.number = j.attempts
          WHERE (j.status = 'SUCCEEDED' AND (a.outcome <> 'SUCCEEDED'
                  OR (SELECT count(*) FROM {ATTEMPT} s WHERE s.job_id = j.id AND s.outcome = 'SUCCEEDED') <> 1))
-            OR (j.status = 'DEAD' AND (a.outcome NOT IN ('FAILED_TRANSIENT', 'FAILED_PERMANENT', 'TIMED_OUT', 'LEASE_EXPIRED', 'LEASE_LOST')
+            OR (j.status = 'DEAD' AND (a.outcome NOT IN ('FAILED_TRANSIENT', 'FAILED_PERMANENT', 'TIMED_OUT',
+                                                         'LEASE_EXPIRED', 'LEASE_LOST')
                  OR EXISTS (SELECT 1 FROM {ATTEMPT} s WHERE s.job_id = j.id AND s.outcome = 'SUCCEEDED')))
         """,
     )

@@ -85,8 +85,13 @@ class ChaosRun:
 
     def database(self) -> dict[str, Any]:
         socket_dir = embedded.ensure_running(DATA_DIR)
-        return {"ENGINE": "django.db.backends.postgresql", "NAME": "postgres", "USER": "postgres",
-                "HOST": socket_dir, "PORT": ""}
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "postgres",
+            "USER": "postgres",
+            "HOST": socket_dir,
+            "PORT": "",
+        }
 
     def url(self, application_name: str = "") -> str:
         db = self.database()
@@ -99,17 +104,25 @@ class ChaosRun:
 
     def prepare(self) -> str:
         """Migrate once, empty the tables, make a token for the workers."""
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True,
-                       env=processes.child_env(DATABASE_URL=self.url()))
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"],
+            cwd=ROOT,
+            check=True,
+            env=processes.child_env(DATABASE_URL=self.url()),
+        )
         token = uuid.uuid4().hex
         with self.admin() as conn:
-            conn.execute("TRUNCATE reliableq_attempt, reliableq_job, charges_charge, charges_chargerequest, "
-                         "charges_servicefault, authtoken_token, auth_user_user_permissions, auth_user CASCADE")
+            conn.execute(
+                "TRUNCATE reliableq_attempt, reliableq_job, charges_charge, charges_chargerequest, "
+                "charges_servicefault, authtoken_token, auth_user_user_permissions, auth_user CASCADE"
+            )
             user_id = conn.execute(
                 "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email, is_staff,"
                 " is_active, date_joined) VALUES ('!', false, 'chaos', '', '', '', false, true, now()) RETURNING id"
             ).fetchone()[0]  # type: ignore[index]
-            conn.execute("INSERT INTO authtoken_token (key, user_id, created) VALUES (%s, %s, now())", (token[:40], user_id))
+            conn.execute(
+                "INSERT INTO authtoken_token (key, user_id, created) VALUES (%s, %s, now())", (token[:40], user_id)
+            )
             # The charge job's service account: it may make charges, nothing more.
             conn.execute(
                 "INSERT INTO auth_user_user_permissions (user_id, permission_id) SELECT %s, p.id"
@@ -117,8 +130,10 @@ class ChaosRun:
                 " WHERE ct.app_label = 'charges' AND p.codename = 'add_charge'",
                 (user_id,),
             )
-            conn.execute("INSERT INTO charges_servicefault (id, delay_seconds, unavailable_rate, no_answer_rate) "
-                         "VALUES (1, 0, 0, 0)")
+            conn.execute(
+                "INSERT INTO charges_servicefault (id, delay_seconds, unavailable_rate, no_answer_rate) "
+                "VALUES (1, 0, 0, 0)"
+            )
         return token[:40]
 
     def env(self, name: str, crash_at: str | None = None) -> dict[str, str]:
@@ -136,8 +151,11 @@ class ChaosRun:
         for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED"):
             env.pop(key, None)
         if crash_at:
-            env.update(RELIABLEQ_CRASH_AT=crash_at, RELIABLEQ_CRASH_RATE=str(self.rng.choice([0.01, 0.02, 0.04])),
-                       RELIABLEQ_CRASH_SEED=str(self.rng.randrange(10**9)))
+            env.update(
+                RELIABLEQ_CRASH_AT=crash_at,
+                RELIABLEQ_CRASH_RATE=str(self.rng.choice([0.01, 0.02, 0.04])),
+                RELIABLEQ_CRASH_SEED=str(self.rng.randrange(10**9)),
+            )
         return env
 
     def start_worker(self, *, faults: bool) -> Worker:
@@ -148,7 +166,8 @@ class ChaosRun:
         with log.open("wb") as out:
             process = processes.start_worker(
                 ["--concurrency", str(CONCURRENCY), "--worker-id", name, "--grace-seconds", "2"],
-                env=self.env(name, crash_at), log=out,
+                env=self.env(name, crash_at),
+                log=out,
             )
         worker = Worker(name=name, crash_at=crash_at, process=process, log=log)
         self.workers.append(worker)
@@ -191,8 +210,11 @@ class ChaosRun:
         events += [(self.rng.uniform(1, span), "terminate_backends") for _ in range(self.rng.randint(1, 2))]
         events.append((self.rng.uniform(span * 0.3, span * 0.8), "pg_restart"))
         start = self.rng.uniform(0.5, span * 0.4)
-        events += [(start, "service_unavailable_50"), (start + span * 0.3, "service_no_answer"),
-                   (start + span * 0.5, "service_healthy")]
+        events += [
+            (start, "service_unavailable_50"),
+            (start + span * 0.3, "service_no_answer"),
+            (start + span * 0.5, "service_healthy"),
+        ]
         events += [(self.rng.uniform(0, span * 0.6), "enqueue_more")]
         return sorted(events)
 
@@ -207,16 +229,24 @@ class ChaosRun:
             victim.stopped_until = time.monotonic() + LEASE_SECONDS + 1.0  # past its lease
         elif event == "terminate_backends":
             with self.admin() as conn:
-                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                             "WHERE application_name LIKE 'rq-chaos-w%%' AND pid <> pg_backend_pid()")
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name LIKE 'rq-chaos-w%%' AND pid <> pg_backend_pid()"
+                )
         elif event == "pg_restart":
             embedded.restart(DATA_DIR)
         elif event.startswith("service_"):
-            rates = {"service_unavailable_50": (0.5, 0.0), "service_no_answer": (0.0, 0.3), "service_healthy": (0.0, 0.0)}
+            rates = {
+                "service_unavailable_50": (0.5, 0.0),
+                "service_no_answer": (0.0, 0.3),
+                "service_healthy": (0.0, 0.0),
+            }
             unavailable, no_answer = rates[event]
             with self.admin() as conn:
-                conn.execute("UPDATE charges_servicefault SET unavailable_rate = %s, no_answer_rate = %s",
-                             (unavailable, no_answer))
+                conn.execute(
+                    "UPDATE charges_servicefault SET unavailable_rate = %s, no_answer_rate = %s",
+                    (unavailable, no_answer),
+                )
             if event == "service_healthy":
                 return
         elif event == "enqueue_more":
@@ -255,8 +285,10 @@ class ChaosRun:
             self.late_rows = rows[split:]
             for _ in range(self.profile.workers):
                 self.start_worker(faults=True)
-            self.say(f"seed {self.seed}: {len(rows)} jobs, {self.profile.workers} workers x {CONCURRENCY}, "
-                     f"faults for {self.profile.fault_seconds:g}s")
+            self.say(
+                f"seed {self.seed}: {len(rows)} jobs, {self.profile.workers} workers x {CONCURRENCY}, "
+                f"faults for {self.profile.fault_seconds:g}s"
+            )
             fault_start = time.monotonic()
             for at, event in self.plan():
                 while time.monotonic() - fault_start < at:
@@ -274,8 +306,12 @@ class ChaosRun:
         outcome.faults = self.faults + self.crash_counts()
         with self.admin() as conn:
             outcome.report = check(conn, concurrency=CONCURRENCY)
-            outcome.statuses = Counter(dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall()))
-            for fault, n in conn.execute("SELECT fault, count(*) FROM charges_chargerequest WHERE fault <> '' GROUP BY 1"):
+            outcome.statuses = Counter(
+                dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall())
+            )
+            for fault, n in conn.execute(
+                "SELECT fault, count(*) FROM charges_chargerequest WHERE fault <> '' GROUP BY 1"
+            ):
                 outcome.faults[f"service_{fault}"] = n
         return outcome
 
@@ -320,5 +356,7 @@ class ChaosRun:
 
 
 def reproduce_command(seed: int, profile: Profile) -> str:
-    return (f"python -m tests.chaos --first-seed {seed} --seeds 1 --jobs {profile.jobs} "
-            f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g}")
+    return (
+        f"python -m tests.chaos --first-seed {seed} --seeds 1 --jobs {profile.jobs} "
+        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g}"
+    )

@@ -14,8 +14,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 @pytest.mark.parametrize("seed", range(1, QUICK.seeds + 1))
 def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -> None:
     outcome = ChaosRun(seed, QUICK, log_dir=tmp_path).run()
-    print(f"seed {seed}: {outcome.jobs} jobs in {outcome.seconds:.0f}s, statuses {dict(outcome.statuses)}, "
-          f"faults {dict(outcome.faults)}")
+    print(
+        f"seed {seed}: {outcome.jobs} jobs in {outcome.seconds:.0f}s, statuses {dict(outcome.statuses)}, "
+        f"faults {dict(outcome.faults)}"
+    )
     assert outcome.ok, "\n".join(
         [*outcome.report.violations, f"reproduce: {reproduce_command(seed, QUICK)}", f"logs: {tmp_path}"]
     )

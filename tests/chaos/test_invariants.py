@@ -13,8 +13,17 @@ from .invariants import check
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def job(conn: psycopg.Connection[Any], *, status: str, attempts: int, max_attempts: int = 5, kind: str = "demo.noop",
-        payload: str = "{}", last_error: str = "", token: uuid.UUID | None = None) -> uuid.UUID:
+def job(
+    conn: psycopg.Connection[Any],
+    *,
+    status: str,
+    attempts: int,
+    max_attempts: int = 5,
+    kind: str = "demo.noop",
+    payload: str = "{}",
+    last_error: str = "",
+    token: uuid.UUID | None = None,
+) -> uuid.UUID:
     job_id = uuid.uuid4()
     conn.execute(
         "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,"
@@ -26,12 +35,22 @@ def job(conn: psycopg.Connection[Any], *, status: str, attempts: int, max_attemp
     return job_id
 
 
-def attempt(conn: psycopg.Connection[Any], job_id: uuid.UUID, number: int, outcome: str, *,
-            worker: str = "w1", start: float = 0, end: float | None = 1) -> None:
+def attempt(
+    conn: psycopg.Connection[Any],
+    job_id: uuid.UUID,
+    number: int,
+    outcome: str,
+    *,
+    worker: str = "w1",
+    start: float = 0,
+    end: float | None = 1,
+) -> None:
     conn.execute(
-        "INSERT INTO reliableq_attempt (job_id, number, worker_id, lease_token, started_at, finished_at, outcome, error)"
+        "INSERT INTO reliableq_attempt"
+        " (job_id, number, worker_id, lease_token, started_at, finished_at, outcome, error)"
         " VALUES (%s, %s, %s, gen_random_uuid(), '2030-01-01'::timestamptz + make_interval(secs => %s),"
-        " CASE WHEN %s::float8 IS NULL THEN NULL ELSE '2030-01-01'::timestamptz + make_interval(secs => %s) END, %s, '')",
+        " CASE WHEN %s::float8 IS NULL THEN NULL"
+        " ELSE '2030-01-01'::timestamptz + make_interval(secs => %s) END, %s, '')",
         (job_id, number, worker, start, end, end, outcome),
     )
 

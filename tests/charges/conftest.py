@@ -49,7 +49,9 @@ def api_token(api_user: User) -> str:
 
 
 @pytest.fixture(scope="session")
-def _charge_server(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+def _charge_server(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     """One gunicorn for the session, on the test database, with the fault knob live.
 
     Started once: it keeps no state of its own (no persistent connections, the knob and the

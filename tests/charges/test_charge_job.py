@@ -44,7 +44,8 @@ def test_a_worker_killed_in_a_crash_window_leaves_one_charge_after_another_worke
     assert job.effect_key == f"reliableq:charge:{job.id}"
 
     worker_a = spawn_worker(
-        "--concurrency", "1",
+        "--concurrency",
+        "1",
         env=charge_service.worker_env(RELIABLEQ_FAULT_INJECTION="1", RELIABLEQ_CRASH_AT=point),
     )
     assert worker_a.wait(timeout=30) == -signal.SIGKILL, worker_a.output()
@@ -81,11 +82,17 @@ def test_a_charge_committed_without_an_answer_is_retried_with_the_same_key_and_c
         env=charge_service.worker_env(RELIABLEQ_BACKOFF_BASE_SECONDS="0.5", RELIABLEQ_BACKOFF_MAX_SECONDS="0.5")
     )
     key = effect_key(job)
-    wait_until(lambda: ChargeRequest.objects.filter(idempotency_key=key, fault="no_answer").exists(),
-               timeout=30, what="the first request answered with silence")
+    wait_until(
+        lambda: ChargeRequest.objects.filter(idempotency_key=key, fault="no_answer").exists(),
+        timeout=30,
+        what="the first request answered with silence",
+    )
     set_knob()  # the service answers again
-    wait_until(lambda: status_of(job) == JobStatus.SUCCEEDED, timeout=30,
-               what=f"job {job.id} to succeed:\n{worker.output()[-3000:]}")
+    wait_until(
+        lambda: status_of(job) == JobStatus.SUCCEEDED,
+        timeout=30,
+        what=f"job {job.id} to succeed:\n{worker.output()[-3000:]}",
+    )
 
     c = counts(job)
     assert c["C"] == 1 and c["F"] == 1 and c["H"] >= 2 and c["A"] == c["H"]
@@ -136,9 +143,7 @@ def test_a_charge_the_service_rejects_with_400_goes_dead_after_one_attempt_witho
     assert not Charge.objects.exists()
 
 
-def test_a_charge_whose_key_was_used_for_another_request_goes_dead_after_one_attempt(
-    charge_service, spawn_worker
-):
+def test_a_charge_whose_key_was_used_for_another_request_goes_dead_after_one_attempt(charge_service, spawn_worker):
     job = reliableq.enqueue("charge", EUR_500)
     other = create_charge(idempotency_key=effect_key(job), amount=999, currency="EUR").charge
     worker = spawn_worker("--burst", env=charge_service.worker_env())

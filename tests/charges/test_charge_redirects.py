@@ -144,7 +144,9 @@ def test_the_servers_reproduce_the_leak_a_stock_urllib_opener_sends_the_token_to
     """The control: the same request through urllib's default opener lands at B, token and all."""
     service = redirecting(serve, code, f"{thief.url}/steal")
     request = urllib.request.Request(
-        f"{service.url}/v1/charges", data=b"{}", method="POST",
+        f"{service.url}/v1/charges",
+        data=b"{}",
+        method="POST",
         headers={"Authorization": f"Token {SECRET}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -156,9 +158,7 @@ def test_the_servers_reproduce_the_leak_a_stock_urllib_opener_sends_the_token_to
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("code", REDIRECTS)
-def test_a_redirect_from_the_charge_service_is_refused_and_the_token_never_reaches_its_target(
-    serve, thief, code
-):
+def test_a_redirect_from_the_charge_service_is_refused_and_the_token_never_reaches_its_target(serve, thief, code):
     job = claimed_charge()
     target = f"{thief.url}/steal"
     service = redirecting(serve, code, target)
@@ -207,21 +207,32 @@ def test_any_other_3xx_answer_is_a_permanent_failure_that_says_no_redirect_is_fo
 @pytest.mark.parametrize(
     ("answer", "says"),
     [
-        (lambda seen: json_answer(200, {"id": str(uuid.uuid4()), "amount": 500, "currency": "EUR"}),
-         "idempotency"),
+        (lambda seen: json_answer(200, {"id": str(uuid.uuid4()), "amount": 500, "currency": "EUR"}), "idempotency"),
         (lambda seen: json_answer(200, {"idempotency_key": f"reliableq:charge:{uuid.uuid4()}"}), "idempotency"),
         (lambda seen: json_answer(201, {"idempotency_key": f"reliableq:charge:{uuid.uuid4()}"}), "idempotency"),
         (lambda seen: json_answer(200, {"idempotency_key": None}), "idempotency"),
         (lambda seen: json_answer(200, [seen.headers["Idempotency-Key"]]), "idempotency"),
-        (lambda seen: json_answer(200, {"charge": {"idempotency_key": seen.headers["Idempotency-Key"]}}),
-         "idempotency"),
+        (
+            lambda seen: json_answer(200, {"charge": {"idempotency_key": seen.headers["Idempotency-Key"]}}),
+            "idempotency",
+        ),
         (lambda seen: (200, {"Content-Type": "text/html"}, b"<html>Welcome to nginx!</html>"), "JSON"),
         (lambda seen: (200, {}, b""), "JSON"),
         (lambda seen: json_answer(202, {"idempotency_key": seen.headers["Idempotency-Key"]}), "202"),
         (lambda seen: (204, {}, b""), "204"),
     ],
-    ids=["no-key", "another-jobs-key-200", "another-jobs-key-201", "null-key", "json-list", "nested-key",
-         "html-page", "empty-body", "202-accepted", "204-no-content"],
+    ids=[
+        "no-key",
+        "another-jobs-key-200",
+        "another-jobs-key-201",
+        "null-key",
+        "json-list",
+        "nested-key",
+        "html-page",
+        "empty-body",
+        "202-accepted",
+        "204-no-content",
+    ],
 )
 def test_a_2xx_answer_that_does_not_carry_this_jobs_idempotency_key_is_a_permanent_failure(serve, answer, says):
     service = serve(answer)
@@ -236,8 +247,17 @@ def test_a_2xx_answer_that_does_not_carry_this_jobs_idempotency_key_is_a_permane
 @pytest.mark.django_db
 @pytest.mark.parametrize("status", [200, 201])
 def test_a_200_or_201_json_answer_carrying_this_jobs_idempotency_key_is_success(serve, status):
-    service = serve(lambda seen: json_answer(status, {"id": str(uuid.uuid4()), "amount": 500, "currency": "EUR",
-                                                      "idempotency_key": seen.headers["Idempotency-Key"]}))
+    service = serve(
+        lambda seen: json_answer(
+            status,
+            {
+                "id": str(uuid.uuid4()),
+                "amount": 500,
+                "currency": "EUR",
+                "idempotency_key": seen.headers["Idempotency-Key"],
+            },
+        )
+    )
     job = claimed_charge()
     run_charge(job, url=service.url)  # returns: success
     assert [r.headers["Idempotency-Key"] for r in service.requests] == [job.idempotency_key]
@@ -245,8 +265,9 @@ def test_a_200_or_201_json_answer_carrying_this_jobs_idempotency_key_is_success(
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("url", ["file:///tmp", "ftp://127.0.0.1/", "127.0.0.1:8000", "http://"],
-                         ids=["file", "ftp", "no-scheme", "no-host"])
+@pytest.mark.parametrize(
+    "url", ["file:///tmp", "ftp://127.0.0.1/", "127.0.0.1:8000", "http://"], ids=["file", "ftp", "no-scheme", "no-host"]
+)
 def test_a_service_url_that_is_not_http_or_https_is_refused_before_any_request(url):
     """urllib would open file: (and ftp:, data:) URLs: the token and body must only ever go over HTTP(S)."""
     with pytest.raises(reliableq.PermanentError, match=r"CHARGES\['SERVICE_URL'\] must be an http"):

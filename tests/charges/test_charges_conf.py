@@ -25,7 +25,9 @@ def test_missing_keys_fall_back_to_the_defaults() -> None:
     for empty in ({}, None):
         with override_settings(CHARGES=empty):
             assert (charges_settings.SERVICE_URL, charges_settings.SERVICE_TOKEN) == (
-                DEFAULTS["SERVICE_URL"], DEFAULTS["SERVICE_TOKEN"])
+                DEFAULTS["SERVICE_URL"],
+                DEFAULTS["SERVICE_TOKEN"],
+            )
 
 
 def test_override_settings_reloads_the_values() -> None:
@@ -70,7 +72,6 @@ def test_testproject_builds_charges_from_charges_env_vars() -> None:
         CHARGES_SERVICE_TOKEN="tok-1",
     )
     code = "import django; django.setup(); from django.conf import settings; print(settings.CHARGES)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == repr({"SERVICE_URL": "http://127.0.0.1:8123", "SERVICE_TOKEN": "tok-1"})

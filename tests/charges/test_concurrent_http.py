@@ -36,7 +36,10 @@ def test_eight_processes_posting_one_key_at_once_make_one_charge_one_201_and_sev
     clients = [
         subprocess.Popen(
             [sys.executable, "-c", CLIENT, host, port, charge_service.token, key],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(8)
     ]

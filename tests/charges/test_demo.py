@@ -39,7 +39,11 @@ def orphans_on(db_url: str) -> list[psutil.Process]:
 def test_the_demo_kills_a_worker_mid_charge_and_reports_a2_h2_c1_f1_and_leaves_no_process_behind(db_url):
     demo = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "demo"],
-        cwd=ROOT, env=worker_env(db_url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=worker_env(db_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     # Remember every descendant the demo starts, while it runs: once it exits they are orphans.
     children: dict[int, float] = {}

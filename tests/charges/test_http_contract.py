@@ -125,9 +125,26 @@ def test_an_idempotency_key_over_255_characters_answers_400(client):
         (None, None),
         ("500 EUR", None),
     ],
-    ids=["zero", "negative", "float", "fraction", "string", "bool", "no-amount", "no-currency", "EURO",
-         "digit-currency", "unknown-field", "null-amount", "huge-amount", "null-description", "long-description",
-         "list", "null", "json-string"],
+    ids=[
+        "zero",
+        "negative",
+        "float",
+        "fraction",
+        "string",
+        "bool",
+        "no-amount",
+        "no-currency",
+        "EURO",
+        "digit-currency",
+        "unknown-field",
+        "null-amount",
+        "huge-amount",
+        "null-description",
+        "long-description",
+        "list",
+        "null",
+        "json-string",
+    ],
 )
 def test_a_bad_body_answers_400_problem_naming_the_field_and_charges_nothing(client, body, field):
     with logs_requests(1):
@@ -140,8 +157,9 @@ def test_a_bad_body_answers_400_problem_naming_the_field_and_charges_nothing(cli
 
 def test_a_body_that_is_not_json_answers_415(client):
     with logs_requests(1):
-        response = post(client, b"amount=500&currency=EUR", idempotency_key=key(),
-                        content_type="application/x-www-form-urlencoded")
+        response = post(
+            client, b"amount=500&currency=EUR", idempotency_key=key(), content_type="application/x-www-form-urlencoded"
+        )
     assert_problem(response, 415)
     assert not Charge.objects.exists()
 
@@ -171,8 +189,9 @@ def test_get_a_charge_by_id_answers_200_with_the_charge(client):
     assert response.json() == created
 
 
-@pytest.mark.parametrize("charge_id", [str(uuid.uuid4()), "not-a-uuid", "1234", "%20"],
-                         ids=["unknown-uuid", "word", "number", "space"])
+@pytest.mark.parametrize(
+    "charge_id", [str(uuid.uuid4()), "not-a-uuid", "1234", "%20"], ids=["unknown-uuid", "word", "number", "space"]
+)
 def test_get_an_unknown_or_malformed_charge_id_answers_404_not_500(client, charge_id):
     response = client.get(f"/v1/charges/{charge_id}")
     assert_problem(response, 404)

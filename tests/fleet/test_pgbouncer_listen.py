@@ -31,13 +31,18 @@ def test_listen_through_a_transaction_pooler_is_reported_and_the_worker_polls(bo
 
 
 def test_listen_on_a_direct_connection_wakes_a_worker_behind_the_pooler_at_once(bouncer, spawn_worker, db_url):
-    worker = spawn_worker(env={
-        "DATABASE_URL": bouncer.url, "LISTEN_DATABASE_URL": db_url, "RELIABLEQ_LISTEN_DATABASE": "direct",
-        "RELIABLEQ_POLL_SECONDS": "30",  # a wake-up faster than this can only be the notification
-    })
+    worker = spawn_worker(
+        env={
+            "DATABASE_URL": bouncer.url,
+            "LISTEN_DATABASE_URL": db_url,
+            "RELIABLEQ_LISTEN_DATABASE": "direct",
+            "RELIABLEQ_POLL_SECONDS": "30",  # a wake-up faster than this can only be the notification
+        }
+    )
     worker.wait_for_output(" started: ", timeout=30)
-    wait_until(lambda: "listening" in worker.output() or DEAF in worker.output(), timeout=15,
-               what="the listener's probe")
+    wait_until(
+        lambda: "listening" in worker.output() or DEAF in worker.output(), timeout=15, what="the listener's probe"
+    )
     assert DEAF not in worker.output()
 
     job = reliableq.enqueue("demo.noop", {})

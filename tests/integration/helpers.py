@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from concurrent.futures import Future
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import psycopg

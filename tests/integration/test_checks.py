@@ -22,7 +22,11 @@ def run_check(database_url: str) -> subprocess.CompletedProcess[str]:
     env.update(DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="testproject.settings")
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "check"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -38,7 +38,10 @@ def test_enqueue_stores_a_pending_job_with_the_kinds_budget() -> None:
     assert stored.effect_key == f"reliableq:test.flaky:{job.pk}"
     # What enqueue returned is what the database holds.
     assert (job.payload, job.status, job.run_at, job.created_at) == (
-        stored.payload, stored.status, stored.run_at, stored.created_at
+        stored.payload,
+        stored.status,
+        stored.run_at,
+        stored.created_at,
     )
 
 
@@ -117,10 +120,27 @@ def test_jobs_without_dedupe_key_are_never_deduplicated() -> None:
         ({"run_at": dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc)}, InvalidJob, "MAX_SCHEDULE_SECONDS"),
     ],
     ids=[
-        "payload-list", "payload-str", "payload-object", "payload-nan", "payload-inf", "naive-run_at",
-        "max_attempts-0", "max_attempts-negative", "queue-empty", "queue-long", "unknown-kind",
-        "unknown-kind-with-budget", "payload-nul", "payload-key-nul", "payload-surrogate", "dedupe_key-long",
-        "dedupe_key-nul", "queue-unservable", "priority-huge", "max_attempts-101", "payload-too-large",
+        "payload-list",
+        "payload-str",
+        "payload-object",
+        "payload-nan",
+        "payload-inf",
+        "naive-run_at",
+        "max_attempts-0",
+        "max_attempts-negative",
+        "queue-empty",
+        "queue-long",
+        "unknown-kind",
+        "unknown-kind-with-budget",
+        "payload-nul",
+        "payload-key-nul",
+        "payload-surrogate",
+        "dedupe_key-long",
+        "dedupe_key-nul",
+        "queue-unservable",
+        "priority-huge",
+        "max_attempts-101",
+        "payload-too-large",
         "run_at-year-9999",
     ],
 )

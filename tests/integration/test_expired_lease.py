@@ -32,7 +32,10 @@ def test_expired_lease_is_reclaimed_by_the_next_claim_as_attempt_two() -> None:
 
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.worker_id, row.lease_token) == (
-        JobStatus.RUNNING, 2, "w-new", again.lease_token
+        JobStatus.RUNNING,
+        2,
+        "w-new",
+        again.lease_token,
     )
     assert "lease of attempt 1/5 expired: worker w-old stopped renewing it" in row.last_error
 
@@ -41,7 +44,10 @@ def test_expired_lease_is_reclaimed_by_the_next_claim_as_attempt_two() -> None:
     assert first.finished_at is not None and start <= first.finished_at <= end
     assert "w-old" in first.error
     assert (second.number, second.outcome, second.lease_token, second.worker_id) == (
-        2, Outcome.RUNNING, again.lease_token, "w-new"
+        2,
+        Outcome.RUNNING,
+        again.lease_token,
+        "w-new",
     )
     assert second.finished_at is None
 

@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 from django.db import connection
-from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from reliableq import leases
@@ -60,16 +59,18 @@ def test_stale_token_cannot_finish(status: str, outcome: str, delay: float) -> N
     before = snapshot(job.pk)
     expired_attempt = Attempt.objects.values().get(job=job, number=1)
 
-    result = leases.finish([
-        Finish(job_id=job.pk, lease_token=stale, status=status, outcome=outcome, error="stale says so", delay=delay)
-    ])
+    result = leases.finish(
+        [Finish(job_id=job.pk, lease_token=stale, status=status, outcome=outcome, error="stale says so", delay=delay)]
+    )
 
     assert result.finalized == []
     assert result.lost == [job.pk]
     after = snapshot(job.pk)
     assert after == before
     assert (after["status"], after["lease_token"], after["worker_id"]) == (
-        JobStatus.RUNNING, current.lease_token, "w-current"
+        JobStatus.RUNNING,
+        current.lease_token,
+        "w-current",
     )
     # The stale attempt was already closed as LEASE_EXPIRED by the rescue: left exactly as it was.
     assert Attempt.objects.values().get(job=job, number=1) == expired_attempt
@@ -87,7 +88,9 @@ def test_stale_attempt_still_running_is_marked_lease_lost() -> None:
     before = snapshot(job.pk)
     start = db_now()
 
-    result = leases.finish([Finish(job_id=job.pk, lease_token=stale, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)])
+    result = leases.finish(
+        [Finish(job_id=job.pk, lease_token=stale, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)]
+    )
 
     assert result.lost == [job.pk] and result.finalized == []
     assert snapshot(job.pk) == before
@@ -100,11 +103,15 @@ def test_stale_attempt_still_running_is_marked_lease_lost() -> None:
 @pytest.mark.django_db
 def test_stale_token_cannot_touch_a_job_the_new_owner_already_finished() -> None:
     job, stale, current = taken_over()
-    leases.finish([Finish(job_id=job.pk, lease_token=current.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)])
+    leases.finish(
+        [Finish(job_id=job.pk, lease_token=current.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)]
+    )
     before = snapshot(job.pk)
     attempts_before = list(Attempt.objects.filter(job=job).values())
 
-    result = leases.finish([Finish(job_id=job.pk, lease_token=stale, status=JobStatus.PENDING, outcome=Outcome.FAILED_TRANSIENT)])
+    result = leases.finish(
+        [Finish(job_id=job.pk, lease_token=stale, status=JobStatus.PENDING, outcome=Outcome.FAILED_TRANSIENT)]
+    )
 
     assert result.lost == [job.pk]
     assert snapshot(job.pk) == before
@@ -118,7 +125,9 @@ def test_current_token_finalizes_the_job() -> None:
     [claimed] = claim_jobs()
     start = db_now()
 
-    result = leases.finish([Finish(job_id=job.pk, lease_token=claimed.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)])
+    result = leases.finish(
+        [Finish(job_id=job.pk, lease_token=claimed.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)]
+    )
 
     assert (result.finalized, result.lost) == ([job.pk], [])
     row = Job.objects.get(pk=job.pk)
@@ -164,10 +173,12 @@ def test_finish_of_a_batch_is_one_fenced_statement() -> None:
     JobFactory.create_batch(5)
     claimed = claim_jobs(limit=5)
     with CaptureQueriesContext(connection) as queries:
-        result = leases.finish([
-            Finish(job_id=c.id, lease_token=c.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)
-            for c in claimed
-        ])
+        result = leases.finish(
+            [
+                Finish(job_id=c.id, lease_token=c.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)
+                for c in claimed
+            ]
+        )
     assert len(result.finalized) == 5
     assert len(updates(queries)) == 1
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 5
@@ -179,10 +190,18 @@ def test_retry_persists_run_at_from_database_time_and_clears_the_lease() -> None
     [claimed] = claim_jobs()
     start = db_now()
 
-    leases.finish([
-        Finish(job_id=job.pk, lease_token=claimed.lease_token, status=JobStatus.PENDING,
-               outcome=Outcome.FAILED_TRANSIENT, error="timeout talking to provider", delay=90.5)
-    ])
+    leases.finish(
+        [
+            Finish(
+                job_id=job.pk,
+                lease_token=claimed.lease_token,
+                status=JobStatus.PENDING,
+                outcome=Outcome.FAILED_TRANSIENT,
+                error="timeout talking to provider",
+                delay=90.5,
+            )
+        ]
+    )
     end = db_clock()
 
     row = Job.objects.get(pk=job.pk)

@@ -112,8 +112,9 @@ def test_beat_that_races_the_owners_own_finish_reports_no_loss() -> None:
     """The finish committed between the heartbeat's snapshot and its renew: not a lost lease."""
     job = RunningJobFactory()
     held = {job.pk: job.lease_token}
-    result = leases.finish([leases.Finish(job_id=job.pk, lease_token=job.lease_token, status="SUCCEEDED",
-                                          outcome=Outcome.SUCCEEDED)])
+    result = leases.finish(
+        [leases.Finish(job_id=job.pk, lease_token=job.lease_token, status="SUCCEEDED", outcome=Outcome.SUCCEEDED)]
+    )
     assert result.finalized == [job.pk]
     lost: list = []
     heartbeat(held, lost).beat()  # still "held": the loop has not dropped it yet

@@ -28,7 +28,9 @@ def test_claim_takes_no_more_of_a_capped_kind_than_its_cap_leaves() -> None:
     more, _ = leases.claim(worker_id="w2", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
     assert more == []
     first = next(j for j in jobs if j.kind == "test.capped")
-    leases.finish([leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")])
+    leases.finish(
+        [leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
+    )
     more, _ = leases.claim(worker_id="w2", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
     assert [j.kind for j in more] == ["test.capped"]
 
@@ -39,7 +41,9 @@ def test_concurrent_claimers_never_exceed_the_cap_together() -> None:
 
     def claimer(n: int) -> int:
         barrier.wait()
-        jobs, _ = leases.claim(worker_id=f"w{n}", queues=["default"], limit=5, lease_seconds=30, caps={"test.capped": 3})
+        jobs, _ = leases.claim(
+            worker_id=f"w{n}", queues=["default"], limit=5, lease_seconds=30, caps={"test.capped": 3}
+        )
         return len(jobs)
 
     taken = [f.result(timeout=60) for f in [spawn(claimer, n) for n in range(8)]]
@@ -64,13 +68,15 @@ def test_a_claim_that_waited_for_the_cap_starts_its_attempt_after_the_finish_it_
     [first], _ = leases.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1})
     with raw_connect() as holder:  # another claimer of the kind, holding its lock
         holder.execute("SELECT pg_advisory_xact_lock(hashtext('reliableq:max_running:test.capped'))")
-        waiting = spawn(leases.claim, worker_id="w2", queues=["default"], limit=1, lease_seconds=30,
-                        caps={"test.capped": 1})
+        waiting = spawn(
+            leases.claim, worker_id="w2", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1}
+        )
         from tests.support import wait_until
 
         wait_until(lambda: lock_waiters() >= 1, timeout=30, what="the second claim to wait for the lock")
-        leases.finish([leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED",
-                                     outcome="SUCCEEDED")])
+        leases.finish(
+            [leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
+        )
         holder.commit()
     [second], _ = waiting.result(timeout=30)
     ended = Attempt.objects.get(job_id=first.id).finished_at

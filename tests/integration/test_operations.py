@@ -30,8 +30,13 @@ def some_history() -> None:
     JobFactory.create_batch(2, kind="demo.noop")
     JobFactory(kind="test.permanent", status="DEAD", finished_at="2030-01-01T00:00:00Z", last_error="x")
     jobs, _ = leases.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30)
-    leases.finish([leases.Finish(job_id=jobs[0].id, lease_token=jobs[0].lease_token, status="SUCCEEDED",
-                                 outcome=Outcome.SUCCEEDED)])
+    leases.finish(
+        [
+            leases.Finish(
+                job_id=jobs[0].id, lease_token=jobs[0].lease_token, status="SUCCEEDED", outcome=Outcome.SUCCEEDED
+            )
+        ]
+    )
 
 
 def test_metrics_export_jobs_attempts_losses_and_durations(viewer: APIClient) -> None:

@@ -39,7 +39,9 @@ def test_prunejobs_deletes_old_finished_jobs_and_their_attempts_in_batches() -> 
     ]
     recent = [finished(JobStatus.SUCCEEDED, days_ago=6.9), finished(JobStatus.DEAD, days_ago=0)]
     pending = JobFactory()
-    Job.objects.filter(pk=pending.pk).update(created_at=Now() - dt.timedelta(days=60), run_at=Now() - dt.timedelta(days=60))
+    Job.objects.filter(pk=pending.pk).update(
+        created_at=Now() - dt.timedelta(days=60), run_at=Now() - dt.timedelta(days=60)
+    )
     # Even with an old finished_at (left by hand, say), only finished statuses are pruned.
     odd_pending = JobFactory()
     Job.objects.filter(pk=odd_pending.pk).update(finished_at=Now() - dt.timedelta(days=60))
@@ -82,7 +84,9 @@ def test_prunejobs_when_the_last_batch_is_full() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("age", "seconds"), [("90s", 90), ("15m", 900), ("12h", 43200), ("1.5d", 129600), ("2w", 1209600)])
+@pytest.mark.parametrize(
+    ("age", "seconds"), [("90s", 90), ("15m", 900), ("12h", 43200), ("1.5d", 129600), ("2w", 1209600)]
+)
 def test_prunejobs_understands_every_unit(age: str, seconds: float) -> None:
     just_older = finished(JobStatus.SUCCEEDED, days_ago=(seconds + 60) / 86400)
     just_younger = finished(JobStatus.SUCCEEDED, days_ago=(seconds - 60) / 86400)

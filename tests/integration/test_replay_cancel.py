@@ -20,11 +20,18 @@ def fail_until_dead(job: Job) -> None:
     while True:
         [claimed] = claim_jobs()
         last = claimed.attempt >= claimed.max_attempts
-        leases.finish([
-            Finish(job_id=job.pk, lease_token=claimed.lease_token,
-                   status=JobStatus.DEAD if last else JobStatus.PENDING,
-                   outcome=Outcome.FAILED_TRANSIENT, error=f"attempt {claimed.attempt} failed", delay=0.0)
-        ])
+        leases.finish(
+            [
+                Finish(
+                    job_id=job.pk,
+                    lease_token=claimed.lease_token,
+                    status=JobStatus.DEAD if last else JobStatus.PENDING,
+                    outcome=Outcome.FAILED_TRANSIENT,
+                    error=f"attempt {claimed.attempt} failed",
+                    delay=0.0,
+                )
+            ]
+        )
         if last:
             return
 

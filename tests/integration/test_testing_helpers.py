@@ -15,7 +15,12 @@ def test_run_due_runs_a_job_in_process_through_a_real_claim_and_finish():
     job = reliableq.enqueue("demo.noop", {}, queue="mail")
     [ran] = run_due()
     assert (ran.job_id, ran.kind, ran.attempt, ran.outcome, ran.status) == (
-        job.id, "demo.noop", 1, Outcome.SUCCEEDED, JobStatus.SUCCEEDED)
+        job.id,
+        "demo.noop",
+        1,
+        Outcome.SUCCEEDED,
+        JobStatus.SUCCEEDED,
+    )
     assert Job.objects.get(pk=job.id).status == JobStatus.SUCCEEDED
     assert Attempt.objects.get(job=job).worker_id == "reliableq.testing"
     assert run_due() == []
@@ -31,7 +36,10 @@ def test_a_flaky_handler_is_retried_by_drain_until_it_succeeds():
     job = reliableq.enqueue("test.flaky", {"failures": 2})
     ran = drain()
     assert [(r.attempt, r.outcome) for r in ran] == [
-        (1, Outcome.FAILED_TRANSIENT), (2, Outcome.FAILED_TRANSIENT), (3, Outcome.SUCCEEDED)]
+        (1, Outcome.FAILED_TRANSIENT),
+        (2, Outcome.FAILED_TRANSIENT),
+        (3, Outcome.SUCCEEDED),
+    ]
     assert Job.objects.get(pk=job.id).status == JobStatus.SUCCEEDED
 
 

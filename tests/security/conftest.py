@@ -77,8 +77,9 @@ def client_of(site: Site) -> Callable[..., Client]:
     """client_of("alice", "reliableq.submit_job", ...): a new user with exactly these permissions."""
 
     def make(username: str, *perms: str, password: str | None = None) -> Client:
-        user = accounts.grant(User.objects.create_user(username, password=password, is_staff=password is not None),
-                              *perms)
+        user = accounts.grant(
+            User.objects.create_user(username, password=password, is_staff=password is not None), *perms
+        )
         return Client(site=site, user=user, token=Token.objects.create(user=user).key)
 
     return make
@@ -90,9 +91,18 @@ def admin_session(site: Site, username: str, password: str = PASSWORD) -> reques
     page = session.get(site.url + "/admin/login/", timeout=30)
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
     assert token, page.text[:500]
-    answer = session.post(site.url + "/admin/login/?next=/admin/", timeout=30, allow_redirects=False, data={
-        "csrfmiddlewaretoken": token.group(1), "username": username, "password": password, "next": "/admin/",
-    }, headers={"Referer": site.url + "/admin/login/"})
+    answer = session.post(
+        site.url + "/admin/login/?next=/admin/",
+        timeout=30,
+        allow_redirects=False,
+        data={
+            "csrfmiddlewaretoken": token.group(1),
+            "username": username,
+            "password": password,
+            "next": "/admin/",
+        },
+        headers={"Referer": site.url + "/admin/login/"},
+    )
     assert answer.status_code == 302, (answer.status_code, answer.text[:500])
     return session
 

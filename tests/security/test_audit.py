@@ -16,8 +16,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def entries(job: Job) -> list[tuple[str, int, str]]:
-    return [(e.user.username, e.action_flag, e.change_message)
-            for e in LogEntry.objects.filter(object_id=str(job.pk)).select_related("user").order_by("id")]
+    return [
+        (e.user.username, e.action_flag, e.change_message)
+        for e in LogEntry.objects.filter(object_id=str(job.pk)).select_related("user").order_by("id")
+    ]
 
 
 def test_api_replay_and_cancel_write_the_same_audit_entry_as_the_admin(client_of, site):
@@ -29,8 +31,12 @@ def test_api_replay_and_cancel_write_the_same_audit_entry_as_the_admin(client_of
     assert api_user.request("POST", f"/v1/jobs/{pending.id}/cancel").status_code == 200
     session = admin_session(site, "olga")
     token = csrf_of(session, site, f"/admin/reliableq/job/{dead_too.id}/change/")
-    session.post(f"{site.url}/admin/reliableq/job/{dead_too.id}/replay/", data={"csrfmiddlewaretoken": token},
-                 headers={"Referer": site.url + "/admin/"}, timeout=30)
+    session.post(
+        f"{site.url}/admin/reliableq/job/{dead_too.id}/replay/",
+        data={"csrfmiddlewaretoken": token},
+        headers={"Referer": site.url + "/admin/"},
+        timeout=30,
+    )
 
     assert entries(dead) == [("ada", CHANGE, services.REPLAYED)]
     assert entries(pending) == [("ada", CHANGE, services.CANCELLED)]

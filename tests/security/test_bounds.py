@@ -92,8 +92,9 @@ def test_the_queue_filter_lists_a_bounded_number_of_queues(client_of, site):
     session = admin_session(site, "olga")
 
     page = session.get(f"{site.url}/admin/reliableq/job/", timeout=30)
-    chosen = session.get(f"{site.url}/admin/reliableq/job/?queue=" + Job.objects.order_by("-queue")[0].queue,
-                         timeout=30)
+    chosen = session.get(
+        f"{site.url}/admin/reliableq/job/?queue=" + Job.objects.order_by("-queue")[0].queue, timeout=30
+    )
 
     assert page.status_code == 200
     listed = page.text.count("?queue=q")
@@ -102,15 +103,18 @@ def test_the_queue_filter_lists_a_bounded_number_of_queues(client_of, site):
     assert chosen.status_code == 200 and "1 job" in chosen.text.replace("\n", " ")
 
 
-@pytest.mark.parametrize("query", ["payload__blob__icontains=x", "last_error__regex=.*", "worker_id__startswith=w",
-                                   "submitted_by__startswith=a"])
+@pytest.mark.parametrize(
+    "query",
+    ["payload__blob__icontains=x", "last_error__regex=.*", "worker_id__startswith=w", "submitted_by__startswith=a"],
+)
 def test_the_admin_refuses_lookups_other_than_its_filters(client_of, site, query):
     client_of("olga", *OPERATOR, password=PASSWORD)
     session = admin_session(site, "olga")
     refused = session.get(f"{site.url}/admin/reliableq/job/?{query}", timeout=30)
     assert refused.status_code == 400, (refused.status_code, refused.text[:300])
-    allowed = session.get(f"{site.url}/admin/reliableq/job/?status__exact=DEAD&kind=demo.noop&queue=default",
-                          timeout=30)
+    allowed = session.get(
+        f"{site.url}/admin/reliableq/job/?status__exact=DEAD&kind=demo.noop&queue=default", timeout=30
+    )
     assert allowed.status_code == 200
 
 
@@ -121,10 +125,18 @@ def test_a_select_across_replay_is_capped_and_changes_nothing(client_of, site):
     session = admin_session(site, "olga")
     token = csrf_of(session, site, "/admin/reliableq/job/?status__exact=DEAD")
 
-    answer = session.post(f"{site.url}/admin/reliableq/job/?status__exact=DEAD", timeout=60, data={
-        "csrfmiddlewaretoken": token, "action": "replay_selected", "select_across": "1", "index": "0",
-        "_selected_action": [str(dead[0])],
-    }, headers={"Referer": site.url + "/admin/reliableq/job/"})
+    answer = session.post(
+        f"{site.url}/admin/reliableq/job/?status__exact=DEAD",
+        timeout=60,
+        data={
+            "csrfmiddlewaretoken": token,
+            "action": "replay_selected",
+            "select_across": "1",
+            "index": "0",
+            "_selected_action": [str(dead[0])],
+        },
+        headers={"Referer": site.url + "/admin/reliableq/job/"},
+    )
 
     assert answer.status_code == 200
     assert len(answer.content) < 300_000, "no page that lists every selected job"

@@ -74,8 +74,12 @@ def test_an_effect_key_cannot_pre_empt_a_jobs_charge(client_of, spawn_worker, si
     victim, attacker = client_of("victim", SUBMIT), client_of("attacker", SUBMIT, "reliableq.view_job")
     job = victim.submit({"kind": "charge", "payload": {"amount": 1200, "currency": "EUR"}}, key="pay-1").json()
 
-    pre_empt = attacker.request("POST", "/v1/charges", json={"amount": 1, "currency": "EUR"},
-                                headers={"Idempotency-Key": f"reliableq:charge:{job['id']}"})
+    pre_empt = attacker.request(
+        "POST",
+        "/v1/charges",
+        json={"amount": 1, "currency": "EUR"},
+        headers={"Idempotency-Key": f"reliableq:charge:{job['id']}"},
+    )
     problem(pre_empt, 403)
     assert not Charge.objects.exists()
 

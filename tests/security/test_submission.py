@@ -14,6 +14,7 @@ import reliableq
 from charges.models import Charge
 from reliableq import registry
 from reliableq.models import Job, JobStatus
+
 from .conftest import problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -24,8 +25,11 @@ TASK_ATTACK = {"kind": "django.task", "payload": {"task": "testproject.tasks.add
 
 def test_a_user_without_submit_job_cannot_submit_anything(client_of):
     plain = client_of("plain", "reliableq.view_job", "reliableq.replay_job", "reliableq.cancel_job")
-    for body in ({"kind": "demo.noop", "payload": {}}, {"kind": "charge", "payload": {"amount": 5, "currency": "EUR"}},
-                 TASK_ATTACK):
+    for body in (
+        {"kind": "demo.noop", "payload": {}},
+        {"kind": "charge", "payload": {"amount": 5, "currency": "EUR"}},
+        TASK_ATTACK,
+    ):
         assert "reliableq.submit_job" in problem(plain.submit(body), 403)["detail"]
     assert not Job.objects.exists()
 
@@ -65,8 +69,9 @@ def test_a_worker_never_imports_a_module_path_read_from_a_task_payload(spawn_wor
 
 def test_a_user_without_charges_add_charge_cannot_make_a_charge(client_of):
     submitter = client_of("submitter", SUBMIT, "reliableq.view_job")
-    answer = submitter.request("POST", "/v1/charges", json={"amount": 999, "currency": "EUR"},
-                               headers={"Idempotency-Key": "mine"})
+    answer = submitter.request(
+        "POST", "/v1/charges", json={"amount": 999, "currency": "EUR"}, headers={"Idempotency-Key": "mine"}
+    )
     assert "charges.add_charge" in problem(answer, 403)["detail"]
     assert not Charge.objects.exists()
 

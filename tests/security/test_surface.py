@@ -34,8 +34,14 @@ def run_check(**env: str) -> subprocess.CompletedProcess[str]:
     child = processes.child_env(**env)
     child.pop("DJANGO_DEBUG", None)
     child.update(env)
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=processes.ROOT, env=child,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=processes.ROOT,
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_site_refuses_to_start_with_the_committed_secret_key_when_debug_is_off():

@@ -58,7 +58,6 @@ class Tour:
         return [(m.group(1), int(m.group(2)), m.group(3)) for m in map(DEAD_LINE.match, self.lines) if m]
 
 
-
 def answers(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
@@ -76,16 +75,24 @@ def tour(db_url: str) -> Iterator[Tour]:
     port = processes.free_port()
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "demo", "--serve", "--port", str(port)],
-        cwd=ROOT, env=worker_env(db_url, DJANGO_DEBUG="0"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=worker_env(db_url, DJANGO_DEBUG="0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     running = Tour(process=process)
-    reader = threading.Thread(target=lambda: running.lines.extend(line.rstrip("\n") for line in process.stdout or ()),
-                              daemon=True)
+    reader = threading.Thread(
+        target=lambda: running.lines.extend(line.rstrip("\n") for line in process.stdout or ()), daemon=True
+    )
     reader.start()
     try:
-        wait_until(lambda: any("password:" in line for line in running.lines) or process.poll() is not None,
-                   timeout=180, interval=0.2, what="the tour's password line")
+        wait_until(
+            lambda: any("password:" in line for line in running.lines) or process.poll() is not None,
+            timeout=180,
+            interval=0.2,
+            what="the tour's password line",
+        )
         assert process.poll() is None, f"the tour exited with {process.returncode}:\n{running.output()}"
         yield running
     finally:
@@ -102,7 +109,8 @@ def tour(db_url: str) -> Iterator[Tour]:
 
 
 def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_charts(
-    playwright_api: Any, tour: Tour,
+    playwright_api: Any,
+    tour: Tour,
 ) -> None:
     sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
     url = tour.printed("dashboard").split("/admin/")[0]
@@ -114,8 +122,12 @@ def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_
     operator = User.objects.get(username=username)
     assert operator.is_staff and not operator.is_superuser
     assert sorted(operator.get_all_permissions()) == [
-        "charges.view_charge", "reliableq.cancel_job", "reliableq.pause_queue", "reliableq.replay_job",
-        "reliableq.view_job"]
+        "charges.view_charge",
+        "reliableq.cancel_job",
+        "reliableq.pause_queue",
+        "reliableq.replay_job",
+        "reliableq.view_job",
+    ]
     assert Job.objects.filter(queue="emails", status=JobStatus.PENDING).count() >= 25  # the backlog
     ARTIFACTS.mkdir(exist_ok=True)
 
@@ -150,7 +162,8 @@ def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_
             # Filter the job list to the DEAD jobs the tour's worker made.
             page.goto("/admin/reliableq/job/")
             page.locator('#changelist-filter details[data-filter-title="status"]').get_by_role(
-                "link", name="Dead", exact=True).click()
+                "link", name="Dead", exact=True
+            ).click()
             expect(page).to_have_url(re.compile(r"status__exact=DEAD"))
             expect(page.locator("#result_list tbody tr")).to_have_count(len(dead))
             both_themes("job-list")
@@ -205,7 +218,8 @@ def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_
     replayed = Job.objects.get(pk=flaky_id)
     assert replayed.status == JobStatus.SUCCEEDED
     assert list(Attempt.objects.filter(job=replayed).order_by("number").values_list("outcome", flat=True)) == [
-        Outcome.FAILED_TRANSIENT] * 3 + [Outcome.SUCCEEDED]
+        Outcome.FAILED_TRANSIENT
+    ] * 3 + [Outcome.SUCCEEDED]
     (entry,) = LogEntry.objects.filter(object_id=flaky_id)
     assert entry.user_id == operator.pk
     for name in ("job-list", "dead-job", "dashboard"):

@@ -29,11 +29,20 @@ def test_parse_socket_directory_from_the_host_query_parameter() -> None:
 
 def test_parse_defaults_user_and_database_to_postgres() -> None:
     db = dburl.parse("postgresql://localhost")
-    assert (db["USER"], db["NAME"], db["HOST"], db["PORT"], db["PASSWORD"]) == ("postgres", "postgres", "localhost", "", "")
+    assert (db["USER"], db["NAME"], db["HOST"], db["PORT"], db["PASSWORD"]) == (
+        "postgres",
+        "postgres",
+        "localhost",
+        "",
+        "",
+    )
 
 
 def test_parse_sqlite_for_checks() -> None:
-    assert dburl.parse("sqlite:////tmp/x/db.sqlite3") == {"ENGINE": "django.db.backends.sqlite3", "NAME": "/tmp/x/db.sqlite3"}
+    assert dburl.parse("sqlite:////tmp/x/db.sqlite3") == {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": "/tmp/x/db.sqlite3",
+    }
     assert dburl.parse("sqlite://")["NAME"] == ":memory:"
 
 

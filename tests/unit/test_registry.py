@@ -31,7 +31,12 @@ def test_handler_registers_the_function_with_its_options() -> None:
     assert returned is first  # the decorator leaves the function usable
     h = registry.get("unit.options")
     assert (h.kind, h.func, h.max_attempts, h.timeout, h.max_running, h.cron) == (
-        "unit.options", first, 7, 2.5, 3, "*/5 * * * *"
+        "unit.options",
+        first,
+        7,
+        2.5,
+        3,
+        "*/5 * * * *",
     )
     assert "unit.options" in registry.kinds()
 
@@ -84,7 +89,15 @@ def test_unknown_kind_raises_unknown_kind_naming_it() -> None:
 def test_testproject_kinds_are_discovered_at_startup() -> None:
     from testproject import jobs
 
-    expected = {"demo.noop", "test.sleep", "test.flaky", "test.always_fails", "test.permanent", "test.poison", "test.stuck"}
+    expected = {
+        "demo.noop",
+        "test.sleep",
+        "test.flaky",
+        "test.always_fails",
+        "test.permanent",
+        "test.poison",
+        "test.stuck",
+    }
     assert expected <= set(registry.kinds())
     assert registry.get("test.flaky").func is jobs.flaky
     assert registry.get("test.flaky").max_attempts == 5

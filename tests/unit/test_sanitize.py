@@ -19,7 +19,11 @@ SECRET_CASES = [
     ("login failed: PASSWORD = hunter2 for user bob", "hunter2", "for user bob"),
     ("token: abc123def456", "abc123def456", "token:"),
     ("upstream said 401 to Authorization: Bearer eyJhbGciOi.payload.sig", "eyJhbGciOi.payload.sig", "Authorization:"),
-    ("Authorization: Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b", "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b", "Authorization:"),
+    (
+        "Authorization: Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b",
+        "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b",
+        "Authorization:",
+    ),
     ("request had header Bearer abc.def-ghi rejected", "abc.def-ghi", "rejected"),
     ('{"password": "hunter2", "user": "bob"}', "hunter2", '"user": "bob"'),
     ("api_key=AKIAxyz123 region=eu", "AKIAxyz123", "region=eu"),
@@ -171,12 +175,14 @@ KEY_NAME_CASES = [
     ('{"private_key_id": "9f8e7d6c5b4a", "type": "service_account"}', "9f8e7d6c5b4a", '"type": "service_account"'),
     # A PEM block: a label-and-value rule would stop at the line break and keep the key's body.
     (
-        "PRIVATE_KEY: -----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x\nq9Zt3w==\n-----END RSA PRIVATE KEY-----\nthen failed",
+        "PRIVATE_KEY: -----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x\nq9Zt3w==\n"
+        "-----END RSA PRIVATE KEY-----\nthen failed",
         "q9Zt3w==",
         "then failed",
     ),
     (
-        "cannot parse -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY----- as ed25519",
+        "cannot parse -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n"
+        "-----END OPENSSH PRIVATE KEY----- as ed25519",
         "b3BlbnNzaC1rZXk",
         "as ed25519",
     ),
@@ -344,7 +350,7 @@ def test_without_traceback_keeps_only_the_text_before_the_traceback() -> None:
 
 
 def test_without_traceback_removes_an_exception_group_traceback() -> None:
-    text = "TaskFailed: x.Group: 2 errors\n  + Exception Group Traceback (most recent call last):\n  |   File \"a.py\""
+    text = 'TaskFailed: x.Group: 2 errors\n  + Exception Group Traceback (most recent call last):\n  |   File "a.py"'
     assert sanitize.without_traceback(text) == "TaskFailed: x.Group: 2 errors"
 
 

@@ -64,8 +64,16 @@ class FakeStore:
             self.rows[job_id] = Row(kind=kind)
         return ids
 
-    def claim(self, *, worker_id: str, queues: Sequence[str], limit: int, lease_seconds: float,
-              caps: Mapping[str, int], rescue: bool) -> tuple[list[ClaimedJob], list[Rescued]]:
+    def claim(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        caps: Mapping[str, int],
+        rescue: bool,
+    ) -> tuple[list[ClaimedJob], list[Rescued]]:
         with self.lock:
             self.limits.append(limit)
             taken = []
@@ -74,9 +82,19 @@ class FakeStore:
                     break
                 if row.status == "PENDING":
                     row.status, row.attempts, row.token = "RUNNING", row.attempts + 1, uuid.uuid4()
-                    taken.append(ClaimedJob(id=job_id, kind=row.kind, queue="default", priority=0, payload={},
-                                            attempt=row.attempts, max_attempts=1, lease_token=row.token,
-                                            worker_id=worker_id))
+                    taken.append(
+                        ClaimedJob(
+                            id=job_id,
+                            kind=row.kind,
+                            queue="default",
+                            priority=0,
+                            payload={},
+                            attempt=row.attempts,
+                            max_attempts=1,
+                            lease_token=row.token,
+                            worker_id=worker_id,
+                        )
+                    )
             if self.fail_next_claim_after_commit and taken:
                 self.fail_next_claim_after_commit = False
                 raise OperationalError("the connection dropped during COMMIT")  # committed, unheard
@@ -105,7 +123,9 @@ class FakeStore:
     def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
         with self.lock:
             known = set(known)
-            orphans = [job_id for job_id, row in self.rows.items() if row.status == "RUNNING" and row.token not in known]
+            orphans = [
+                job_id for job_id, row in self.rows.items() if row.status == "RUNNING" and row.token not in known
+            ]
             for job_id in orphans:
                 self.rows[job_id].status, self.rows[job_id].token = "PENDING", None
             self.released += orphans
@@ -126,8 +146,7 @@ def start(store: FakeStore, **config: Any) -> tuple[Worker, threading.Thread, di
     options = {"concurrency": 3, "poll_seconds": 0.02, "listen": False, "lease_seconds": 30, "grace_seconds": 5}
     worker = Worker(WorkerConfig(**{**options, **config}), store=store)
     outcome: dict[str, int] = {}
-    thread = threading.Thread(target=lambda: outcome.setdefault("code", worker.run(install_signals=False)),
-                              daemon=True)
+    thread = threading.Thread(target=lambda: outcome.setdefault("code", worker.run(install_signals=False)), daemon=True)
     thread.start()
     return worker, thread, outcome
 
@@ -145,8 +164,9 @@ def test_claims_are_sized_to_free_slots_and_never_exceed_the_concurrency():
     store = FakeStore()
     store.add("fake.gated", 7)
     worker, thread, outcome = start(store, concurrency=3)
-    wait_until(lambda: sum(r.status == "RUNNING" for r in store.rows.values()) == 3, timeout=10,
-               what="three jobs running")
+    wait_until(
+        lambda: sum(r.status == "RUNNING" for r in store.rows.values()) == 3, timeout=10, what="three jobs running"
+    )
     assert max(store.limits) == 3 and sum(r.status == "RUNNING" for r in store.rows.values()) == 3
     GATE.set()
     wait_until(lambda: all(r.status == "SUCCEEDED" for r in store.rows.values()), timeout=10, what="every job done")
@@ -198,8 +218,9 @@ def test_a_stop_request_claims_nothing_more_and_waits_for_running_handlers():
     store = FakeStore()
     store.add("fake.gated", 4)
     worker, thread, outcome = start(store, concurrency=2)
-    wait_until(lambda: sum(r.status == "RUNNING" for r in store.rows.values()) == 2, timeout=10,
-               what="two jobs running")
+    wait_until(
+        lambda: sum(r.status == "RUNNING" for r in store.rows.values()) == 2, timeout=10, what="two jobs running"
+    )
     worker.request_stop()
     GATE.set()
     thread.join(10)

@@ -30,6 +30,6 @@ class Command(BaseCommand):
         out.write("")
         out.write("attempts by outcome: " + ", ".join(f"{o} {n}" for o, n in metrics.attempts_by_outcome().items()))
         for kind, (cumulative, total, count) in sorted(metrics.histograms().items()):
-            median = next((b for b, c in zip(metrics.BUCKETS, cumulative) if c >= count / 2), None)
+            median = next((b for b, c in zip(metrics.BUCKETS, cumulative, strict=True) if c >= count / 2), None)
             mean = total / count if count else 0.0
             out.write(f"  {kind}: {count} finished attempt(s), mean {mean:.3f}s, median <= {median}s")

@@ -13,6 +13,7 @@ from ...conf import reliableq_settings
 from ...worker import Worker, WorkerConfig
 from ...worker.loop import default_worker_id
 
+
 def positive(value: str) -> float:
     number = float(value)
     if number <= 0:
@@ -27,11 +28,15 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=8, help="Handlers in flight at most (default 8).")
         parser.add_argument("--queues", default="default", help="Comma-separated queue names (default: default).")
         parser.add_argument(
-            "--lease-seconds", type=float, default=None,
+            "--lease-seconds",
+            type=float,
+            default=None,
             help="Lease length in seconds (default RELIABLEQ['LEASE_SECONDS']).",
         )
         parser.add_argument(
-            "--grace-seconds", type=float, default=30.0,
+            "--grace-seconds",
+            type=float,
+            default=30.0,
             help="On SIGTERM/SIGINT, how long to let running handlers finish (default 30).",
         )
         parser.add_argument("--worker-id", default=None, help="Name in logs and attempts (default host:pid).")

@@ -38,11 +38,18 @@ class Command(BaseCommand):
         parser.add_argument("--jobs", type=int, default=3, help="Charge jobs to submit (default 3).")
         parser.add_argument("--lease-seconds", type=float, default=3.0, help="Worker lease (default 3).")
         parser.add_argument("--timeout", type=float, default=90.0, help="Give up after this many seconds.")
-        parser.add_argument("--serve", action="store_true",
-                            help="Then keep the API, the admin and a worker running, with DEAD jobs to replay "
-                                 "and an operator account, until Ctrl-C.")
-        parser.add_argument("--port", type=int, default=None,
-                            help="The API's port: 8000 with --serve, else any free one (0: any free one).")
+        parser.add_argument(
+            "--serve",
+            action="store_true",
+            help="Then keep the API, the admin and a worker running, with DEAD jobs to replay "
+            "and an operator account, until Ctrl-C.",
+        )
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=None,
+            help="The API's port: 8000 with --serve, else any free one (0: any free one).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["jobs"] < 1:
@@ -50,8 +57,9 @@ class Command(BaseCommand):
         port = options["port"] if options["port"] is not None else 8000 if options["serve"] else 0
         options["port"] = port or processes.free_port()
         if not port_is_free(options["port"]):
-            raise CommandError(f"Port {options['port']} is in use (another demo?). Pass --port N, or --port 0 "
-                               f"for any free port.")
+            raise CommandError(
+                f"Port {options['port']} is in use (another demo?). Pass --port N, or --port 0 for any free port."
+            )
         self.started: list[subprocess.Popen[bytes]] = []
         self.logs: list[Any] = []
         LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -88,7 +96,11 @@ class Command(BaseCommand):
 
     def run_demo(self, options: dict[str, Any]) -> bool:
         db = settings.DATABASES["default"]
-        where = "embedded PostgreSQL 18" if not db.get("PORT") and str(db.get("HOST", "")).startswith("/") else "DATABASE_URL"
+        where = (
+            "embedded PostgreSQL 18"
+            if not db.get("PORT") and str(db.get("HOST", "")).startswith("/")
+            else "DATABASE_URL"
+        )
         self.say(f"1. database: {where} ({db.get('HOST')}); migrating; collecting static files")
         call_command("migrate", verbosity=0)
         # What a deployment does: the admin's CSS and JS into STATIC_ROOT, which WhiteNoise serves.
@@ -110,13 +122,17 @@ class Command(BaseCommand):
         api = self.spawn("api", processes.start_api, port, env=processes.child_env(**common))
         processes.wait_http(f"{base}/v1/schema", process=api)
 
-        self.say(f"3. starting worker-A with a fault: SIGKILL itself after the charge commits, before finalizing "
-                 f"(lease {lease:g}s, queue {queue})")
+        self.say(
+            f"3. starting worker-A with a fault: SIGKILL itself after the charge commits, before finalizing "
+            f"(lease {lease:g}s, queue {queue})"
+        )
         worker_a = self.spawn(
-            "worker-A", processes.start_worker,
+            "worker-A",
+            processes.start_worker,
             ["--queues", queue, "--concurrency", "1", "--lease-seconds", str(lease), "--worker-id", "worker-A"],
-            env=processes.child_env(**common, RELIABLEQ_FAULT_INJECTION="1",
-                                    RELIABLEQ_CRASH_AT="after_effect_before_finalize"),
+            env=processes.child_env(
+                **common, RELIABLEQ_FAULT_INJECTION="1", RELIABLEQ_CRASH_AT="after_effect_before_finalize"
+            ),
         )
 
         self.say(f"4. submitting {options['jobs']} charge job(s) with POST {base}/v1/jobs")
@@ -129,16 +145,21 @@ class Command(BaseCommand):
             time.sleep(0.05)
         killed = Job.objects.filter(queue=queue, worker_id="worker-A").first()
         if worker_a.returncode != -signal.SIGKILL or killed is None:
-            raise CommandError(f"worker-A exited with {worker_a.returncode}, not by SIGKILL; see {LOG_DIR}/worker-A.log")
+            raise CommandError(
+                f"worker-A exited with {worker_a.returncode}, not by SIGKILL; see {LOG_DIR}/worker-A.log"
+            )
         charged = Charge.objects.filter(idempotency_key=killed.effect_key).exists()
-        self.say(f"5. worker-A died by SIGKILL mid-job: job {killed.id} is {killed.status} with attempt 1 open; "
-                 f"its charge {'IS' if charged else 'is NOT'} committed")
+        self.say(
+            f"5. worker-A died by SIGKILL mid-job: job {killed.id} is {killed.status} with attempt 1 open; "
+            f"its charge {'IS' if charged else 'is NOT'} committed"
+        )
         killed_at = time.monotonic()
 
         self.say("6. starting worker-B and worker-C (no faults); the job comes back when worker-A's lease expires")
         self.proof_workers = [
             self.spawn(
-                name, processes.start_worker,
+                name,
+                processes.start_worker,
                 ["--queues", queue, "--concurrency", "2", "--lease-seconds", str(lease), "--worker-id", name],
                 env=processes.child_env(**common),
             )
@@ -150,8 +171,10 @@ class Command(BaseCommand):
                 raise CommandError("The jobs did not settle in time; see the logs in " + str(LOG_DIR))
             time.sleep(0.1)
         recovered = Attempt.objects.get(job_id=killed.id, number=2)
-        self.say(f"7. {recovered.worker_id} took job {killed.id} back and finished it "
-                 f"{time.monotonic() - killed_at:.1f}s after the kill (lease {lease:g}s)")
+        self.say(
+            f"7. {recovered.worker_id} took job {killed.id} back and finished it "
+            f"{time.monotonic() - killed_at:.1f}s after the kill (lease {lease:g}s)"
+        )
         return self.report(ids, killed.id)
 
     def serve(self, options: dict[str, Any]) -> None:
@@ -161,7 +184,8 @@ class Command(BaseCommand):
         self.say("")
         self.say(f"8. the tour: worker-B and worker-C stopped; starting tour-worker on queue '{tour.WORK_QUEUE}'")
         worker = self.spawn(
-            "tour-worker", processes.start_worker,
+            "tour-worker",
+            processes.start_worker,
             ["--queues", tour.WORK_QUEUE, "--concurrency", "4", "--worker-id", "tour-worker"],
             env=processes.child_env(**self.common),
         )
@@ -172,16 +196,21 @@ class Command(BaseCommand):
         except TimeoutError as exc:
             raise CommandError(f"{exc}; see {LOG_DIR}/tour-worker.log") from None
         dead = tour.dead_jobs(ids)
-        self.say(f"10. tour-worker ran them all: {len(ids) - len(dead)} SUCCEEDED, {len(dead)} DEAD, "
-                 f"each with its attempts:")
+        self.say(
+            f"10. tour-worker ran them all: {len(ids) - len(dead)} SUCCEEDED, {len(dead)} DEAD, each with its attempts:"
+        )
         for job in dead:
             self.say(f"    {job.kind:18} {job.attempts} attempt(s)  {self.base}/admin/reliableq/job/{job.id}/change/")
         waiting = tour.fill_backlog()
-        self.say(f"11. {waiting} jobs wait on queue '{tour.IDLE_QUEUE}', which no worker serves "
-                 f"(a backlog, as a paused queue's)")
+        self.say(
+            f"11. {waiting} jobs wait on queue '{tour.IDLE_QUEUE}', which no worker serves "
+            f"(a backlog, as a paused queue's)"
+        )
         username, password = tour.operator_account()
-        self.say("12. operator account made: staff, not superuser; may view, replay and cancel jobs, "
-                 "pause queues, view charges")
+        self.say(
+            "12. operator account made: staff, not superuser; may view, replay and cancel jobs, "
+            "pause queues, view charges"
+        )
         self.announce(username, password)
         self.keep_running(worker)
 
@@ -194,10 +223,14 @@ class Command(BaseCommand):
         self.say(f"  DEAD jobs: {admin}reliableq/job/?status__exact=DEAD")
         self.say(f"  dashboard: {admin}reliableq/queuedashboard/")
         self.say("Open a DEAD test.flaky job, read its three failed attempts and press Replay: tour-worker runs it")
-        self.say(f"again and it succeeds. Every {tour.TRICKLE_SECONDS:g} s one more job runs on '{tour.WORK_QUEUE}' "
-                 f"and one more waits on '{tour.IDLE_QUEUE}'.")
-        self.say("Ctrl-C stops the server and the worker" + (", and the embedded PostgreSQL this demo started."
-                                                           if embedded.started_here() else "."))
+        self.say(
+            f"again and it succeeds. Every {tour.TRICKLE_SECONDS:g} s one more job runs on '{tour.WORK_QUEUE}' "
+            f"and one more waits on '{tour.IDLE_QUEUE}'."
+        )
+        self.say(
+            "Ctrl-C stops the server and the worker"
+            + (", and the embedded PostgreSQL this demo started." if embedded.started_here() else ".")
+        )
 
     def keep_running(self, worker: subprocess.Popen[bytes]) -> None:
         """Watch the server and the worker, and trickle new jobs in, until Ctrl-C."""
@@ -229,8 +262,11 @@ class Command(BaseCommand):
             ok = ok and (a, h, c, f) == expected and job.status == JobStatus.SUCCEEDED
         self.say("")
         if ok:
-            self.say(self.style.SUCCESS(
-                "The killed job: A=2, H=2, C=1, F=1. It ran twice; it charged once; it finalized once."))
+            self.say(
+                self.style.SUCCESS(
+                    "The killed job: A=2, H=2, C=1, F=1. It ran twice; it charged once; it finalized once."
+                )
+            )
         return ok
 
     def api_token(self) -> str:
@@ -244,7 +280,9 @@ class Command(BaseCommand):
             "payload": {"amount": 1000 + n, "currency": "EUR", "description": f"demo order {n + 1}"},
         }
         request = urllib.request.Request(
-            f"{base}/v1/jobs", data=json.dumps(body).encode(), method="POST",
+            f"{base}/v1/jobs",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json", "Authorization": f"Token {token}"},
         )
         with urllib.request.urlopen(request, timeout=10) as response:
