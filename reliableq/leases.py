@@ -3,6 +3,22 @@
 Each statement that acts for an owner is fenced with ``status = 'RUNNING' AND lease_token = <token>``:
 a worker whose lease was taken back updates zero rows and so changes nothing. Time always
 comes from the database (``now()``), never from a worker's clock.
+
+Plans that no statistics can spoil. Right after a TRUNCATE and a bulk load the statistics can
+say a table holds one row while it holds thousands; the planner then costs a walk over a whole
+index like a single lookup, and a join to the table can become a nested loop over that index
+for each row on the other side (the rescue once ran for minutes that way). So:
+
+- a write finds its job rows with ``j.id = ANY(...)`` on the table itself, never through a join
+  alone: the primary key is then the one index that fits, whatever the statistics say;
+- an attempt is found by one probe per job of the (job_id, number) index (``_attempts_of``),
+  then written by its own primary key;
+- a condition that an admin history index would match (queue, kind, status, each then
+  created_at) is a filter only (``_filter_only``, ``_RUNNING``) where it is not the pick's own;
+- a pick (due rows, expired leases) reads its partial index in order under a LIMIT; when stale
+  statistics would still send it elsewhere, reliableq.planguard analyzes the table.
+
+tests/plans holds each statement to fixed bounds in each statistics state.
 """
 
 from __future__ import annotations
@@ -16,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 
-from . import faults
-from .models import Attempt, Job, JobStatus, Outcome, ReturnValue
+from . import faults, planguard
+from .models import Attempt, Job, JobStatus, ReturnValue
 
 logger = logging.getLogger("reliableq.leases")
 
@@ -26,6 +44,11 @@ JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 RETURN_VALUE = ReturnValue._meta.db_table
 RESCUE_BATCH = 100
+DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read
+# The owner's fence, status half: checked on every row, like `status = 'RUNNING'`, but never used
+# to choose an index: the lease index (or the admin's status index) would read every RUNNING job
+# of the fleet to renew or finish a worker's few, where the primary key reads just those.
+_RUNNING = "(j.status = 'RUNNING') IS TRUE"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +109,31 @@ def _payload(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _filter_only(condition: str, params: Sequence[Any]) -> RawSQL:
+    """A condition the planner checks on each row it reads but never uses to choose an index.
+
+    The admin's history indexes (queue, kind or status, then created_at) match a plain condition
+    on those columns. With statistics that underrate the matching rows, the planner may then
+    read the whole history of a queue or a kind to find a few due or expired rows. In a WHERE
+    clause `(...) IS TRUE` means the same, and no index matches it.
+    """
+    return RawSQL(f"({condition}) IS TRUE", tuple(params), output_field=BooleanField())
+
+
+def _attempts_of(keys: str, match: str) -> str:
+    """SQL: an ARRAY of the ids of the attempts that `match` finds, at most one (the newest) per row of `keys`.
+
+    `keys` names a CTE or list with an `id` column (job ids); `match` may use its row as k and the
+    attempt as o. Each row gets its own probe of the (job_id, number) index: a LIMIT inside an
+    index-ordered subquery, which no statistics can turn into a scan (job_id is not unique, so
+    with no statistics a plain `job_id = ANY(...)` of many ids looks like most of the table).
+    """
+    return (
+        f"ARRAY(SELECT o.id FROM {keys} AS k CROSS JOIN LATERAL ("
+        f"SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = k.id AND {match} ORDER BY o.number DESC LIMIT 1) AS o)"
+    )
+
+
 def claim(
     *,
     worker_id: str,
@@ -108,6 +156,10 @@ def claim(
         return [], []
     caps = dict(caps or {})
     queues = tuple(queues)
+    if rescue:
+        # Once per rescue interval: if stale statistics would make the pick leave the due index,
+        # analyze now instead of claiming through a walk of the backlog until autovacuum does.
+        planguard.keep_index(*_picked_sql(queues, limit, (), None), table=JOB, index=DUE_INDEX)
     if not rescue and not caps:
         return _take(queues, limit, worker_id, lease_seconds), []
     with transaction.atomic():
@@ -128,25 +180,31 @@ def _room_for(kind: str, cap: int) -> int:
     """
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"reliableq:max_running:{kind}"])
-    running = Job.objects.filter(status=JobStatus.RUNNING, kind=kind).count()
+        # Counted over the RUNNING rows only (the lease index), the kind compared above the
+        # OFFSET 0 fence: given `kind = %s` down there, the planner may read the kind's whole
+        # history through reliableq_job_kind_created, every finished job of the kind included.
+        cursor.execute(
+            f"SELECT count(*) FROM (SELECT kind FROM {JOB} WHERE status = 'RUNNING' OFFSET 0) AS running"
+            " WHERE kind = %s",
+            [kind],
+        )
+        running = cursor.fetchone()[0]
     return cap - running
 
 
 @functools.lru_cache(maxsize=1024)
-def _take_sql(queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None) -> tuple[str, tuple[Any, ...]]:
+def _take_sql(
+    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None
+) -> tuple[str, tuple[Any, ...]]:
     """The claim statement for these queues and this limit, compiled by the ORM once and then reused.
 
     Time is in the SQL (STATEMENT_TIMESTAMP(), now()), never in the parameters, so a cached
     statement is as fresh as a new one.
     """
-    due = Job.objects.due().in_queues(queues)
-    if exclude:
-        due = due.exclude(kind__in=list(exclude))
-    if kind is not None:
-        due = due.filter(kind=kind)
-    picked = due.order_by("priority", "run_at").values("id").select_for_update(skip_locked=True)[:limit]
-    with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
-        picked_sql, picked_params = _sql(picked)
+    picked_sql, picked_params = _picked_sql(queues, limit, exclude, kind)
+    # statement_timestamp(), not now(), for the lease and the attempt's start: a claim of a capped
+    # kind may have waited for the kind's lock while another attempt finished; its attempt starts
+    # after that wait. (No SQL comments in the statement: bench.ceilings sends it as one line.)
     return (
         f"""
             WITH picked AS MATERIALIZED ({picked_sql}),
@@ -158,15 +216,12 @@ def _take_sql(queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kin
                        lease_expires_at = statement_timestamp() + make_interval(secs => %s),
                        worker_id = %s,
                        updated_at = statement_timestamp()
-                  FROM picked
-                 WHERE j.id = picked.id
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
                        j.max_attempts, j.lease_token, j.run_at
             ),
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
-                -- statement_timestamp(), not now(): a claim of a capped kind may have waited for the
-                -- kind's lock while another attempt finished; its attempt starts after that wait.
                 SELECT id, attempts, %s, lease_token, statement_timestamp(), 'RUNNING', '' FROM claimed
             )
             SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token
@@ -175,6 +230,41 @@ def _take_sql(queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kin
             """,
         picked_params,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _picked_sql(
+    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """Lock the best `limit` due rows of these queues: ids only, each queue read in due-index order.
+
+    With one queue, the due index hands rows over in (priority, run_at) order and the LIMIT
+    stops the scan. That index is ordered by queue first, so several queues cannot be read in
+    one ordered pass: a single query would sort every due row of every queue (the whole backlog)
+    to keep `limit` of them. Instead each queue gives its own best `limit` unlocked rows (one
+    bounded index scan each) and the best `limit` of those are kept: the same rows, since the
+    global best `limit` are among each queue's best `limit`. The rows a queue gave but that were
+    not kept stay locked, unchanged, until this claim commits; other claimers skip them meanwhile.
+    """
+    if not queues:
+        raise ValueError("A claim needs at least one queue.")
+    arms = []
+    for queue in dict.fromkeys(queues):
+        due = Job.objects.due().filter(queue=queue)
+        if exclude:
+            due = due.exclude(kind__in=list(exclude))
+        if kind is not None:
+            due = due.filter(_filter_only("kind = %s", [kind]))
+        ordered = due.order_by("priority", "run_at").values("id", "priority", "run_at")
+        arms.append(ordered.select_for_update(skip_locked=True)[:limit])
+    with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
+        compiled = [_sql(arm) for arm in arms]
+    if len(compiled) == 1:
+        [(sql, params)] = compiled
+        return f"SELECT id FROM ({sql}) AS due", params
+    union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(compiled))
+    params = tuple(p for _, arm_params in compiled for p in arm_params)
+    return f"SELECT id FROM ({union}) AS due ORDER BY priority, run_at LIMIT {int(limit)}", params
 
 
 def _take(
@@ -231,10 +321,17 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
 
 @functools.lru_cache(maxsize=256)
 def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
-    """The rescue statement for these queues, compiled once (time is in the SQL, not the parameters)."""
+    """The rescue statement for these queues, compiled once (time is in the SQL, not the parameters).
+
+    No join reaches either table: each is read by key, so no statistics can turn the statement
+    into a nested loop over a whole index. A job has at most one open attempt (a claim opens one
+    only for a PENDING job, and every way out of RUNNING closes it), so the attempt closed is the
+    job's newest, if still RUNNING. The job's worker_id is not changed here, so RETURNING
+    j.worker_id is the owner whose lease ran out.
+    """
     expired = (
         Job.objects.expired()
-        .in_queues(queues)
+        .filter(_filter_only("queue = ANY(%s)", [list(queues)]))
         .order_by("lease_expires_at")
         .values("id")
         .select_for_update(skip_locked=True)[:RESCUE_BATCH]
@@ -249,11 +346,7 @@ def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
                    SET outcome = 'LEASE_EXPIRED',
                        finished_at = now(),
                        error = format('lease expired: worker %%s stopped renewing it', a.worker_id)
-                  FROM expired
-                 WHERE a.job_id = expired.id AND a.outcome = 'RUNNING'
-            ),
-            previous AS (
-                SELECT j.id, j.worker_id FROM {JOB} j JOIN expired USING (id)
+                 WHERE a.id = ANY({_attempts_of("expired", "o.outcome = 'RUNNING'")}) AND a.outcome = 'RUNNING'
             )
             UPDATE {JOB} j
                SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
@@ -266,9 +359,8 @@ def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
                        j.attempts, j.max_attempts, j.worker_id,
                        CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
                    updated_at = now()
-              FROM previous
-             WHERE j.id = previous.id
-         RETURNING j.id, j.attempts, j.status, previous.worker_id
+             WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
+         RETURNING j.id, j.attempts, j.status, j.worker_id
             """,
         expired_params,
     )
@@ -279,17 +371,18 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
     leases = list(leases)
     if not leases:
         return set()
-    ids, tokens = zip(*leases)
+    ids, tokens = zip(*leases, strict=True)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {JOB} j
                SET lease_expires_at = now() + make_interval(secs => %s)
               FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
-             WHERE j.id = held.id AND j.status = 'RUNNING' AND j.lease_token = held.token
+             WHERE j.id = ANY(%s::uuid[]) AND {_RUNNING}
+               AND j.id = held.id AND j.lease_token = held.token
          RETURNING j.id
             """,
-            (float(lease_seconds), list(ids), list(tokens)),
+            (float(lease_seconds), list(ids), list(tokens), list(ids)),
         )
         return {row[0] for row in cursor.fetchall()}
 
@@ -304,22 +397,25 @@ def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> 
     leases = list(leases)
     if not leases:
         return set()
-    ids, tokens = zip(*leases)
+    ids, tokens = zip(*leases, strict=True)
+    # A lease token belongs to one attempt of its job: `found` holds it, by one probe per job.
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH lost AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
+            WITH lost AS MATERIALIZED (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
+            found AS MATERIALIZED (
+                SELECT a.id, a.job_id, a.outcome FROM {ATTEMPT} a
+                 WHERE a.id = ANY({_attempts_of("lost", "o.lease_token = k.token")})
+            ),
             marked AS (
                 UPDATE {ATTEMPT} a
                    SET outcome = 'LEASE_LOST', finished_at = now(), error = %s
-                  FROM lost
-                 WHERE a.job_id = lost.id AND a.lease_token = lost.token AND a.outcome = 'RUNNING'
+                 WHERE a.id = ANY(ARRAY(SELECT id FROM found)) AND a.outcome = 'RUNNING'
              RETURNING a.job_id
             )
             SELECT job_id FROM marked
             UNION
-            SELECT a.job_id FROM {ATTEMPT} a JOIN lost ON a.job_id = lost.id AND a.lease_token = lost.token
-             WHERE a.outcome IN ('LEASE_EXPIRED', 'LEASE_LOST')
+            SELECT job_id FROM found WHERE outcome IN ('LEASE_EXPIRED', 'LEASE_LOST')
             """,
             (list(ids), list(tokens), reason),
         )
@@ -347,8 +443,8 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
                     UPDATE {ATTEMPT} a
                        SET outcome = 'LEASE_LOST', finished_at = now(),
                            error = 'claim commit was not acknowledged; the worker released the job'
-                      FROM orphans
-                     WHERE a.job_id = orphans.id AND a.lease_token = orphans.lease_token AND a.outcome = 'RUNNING'
+                     WHERE a.id = ANY({_attempts_of("orphans", "o.lease_token = k.lease_token")})
+                       AND a.outcome = 'RUNNING'
                 )
                 UPDATE {JOB} j
                    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
@@ -356,7 +452,8 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
                        run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
                        last_error = 'claim commit was not acknowledged; the worker released the job'
                   FROM orphans
-                 WHERE j.id = orphans.id AND j.lease_token = orphans.lease_token
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
+                   AND j.id = orphans.id AND j.lease_token = orphans.lease_token
              RETURNING j.id
                 """,
                 (worker_id, [str(t) for t in known]),
@@ -386,7 +483,11 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     result = FinishResult()
     if not finishes:
         return result
-    columns = list(zip(*((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay)) for f in finishes)))
+    columns = list(
+        zip(*((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay)) for f in finishes), strict=True)
+    )
+    # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
+    # attempts could be planned as a scan of them for each row of `closing`.
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
@@ -406,13 +507,19 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                            last_error = v.error,
                            updated_at = now()
                       FROM v
-                     WHERE j.id = v.id AND j.status = 'RUNNING' AND j.lease_token = v.token
+                     WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {_RUNNING}
+                       AND j.id = v.id AND j.lease_token = v.token
                  RETURNING j.id, v.token, v.outcome, v.error
+                ),
+                closing AS MATERIALIZED (
+                    SELECT o.id, fin.outcome, fin.error FROM fin CROSS JOIN LATERAL (
+                        SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
+                         ORDER BY o.number DESC LIMIT 1) AS o
                 )
                 UPDATE {ATTEMPT} a
-                   SET outcome = fin.outcome, error = fin.error, finished_at = now()
-                  FROM fin
-                 WHERE a.job_id = fin.id AND a.lease_token = fin.token
+                   SET (outcome, error, finished_at) = (
+                           SELECT c.outcome, c.error, now() FROM closing c WHERE c.id = a.id)
+                 WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
              RETURNING a.job_id
                 """,
                 [list(c) for c in columns],
@@ -429,5 +536,3 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
         # The third failure window: the finalize is written but not yet committed.
         faults.crash_point("during_finalize")
     return result
-
-

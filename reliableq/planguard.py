@@ -1,0 +1,100 @@
+"""Stale statistics, caught before a claim pays for them: analyze when the pick would leave its index.
+
+Every write on the worker's path reaches its rows by key (see reliableq.leases): no statistics
+can make it read more than those rows (and, for the few that look for RUNNING jobs, the fleet's
+RUNNING rows). The picks cannot do that: a claim must choose its due rows by status, queue,
+priority and run_at, and the admin's history indexes (status, queue or kind, then created_at)
+match those conditions too. When the statistics say the backlog is empty while it holds thousands
+of rows (right after a TRUNCATE and a bulk load, or a burst after a quiet million finished rows),
+all those plans look equally cheap, and the planner may read every PENDING row, or every row of
+the queue, and sort them, on every claim, until autovacuum analyzes the table again (a minute
+or more later, and not at all while the burst is under a tenth of the table).
+
+So, once per rescue interval (leases.claim with rescue) and once per prune run, the pick is put
+to the planner; if on a table of some size its plan would not read the pick's own index, the
+statistics are stale and the job table is analyzed there and then. Fleet-wide at most one
+ANALYZE runs at a time and at most one a minute (by PostgreSQL's own clock of the last one,
+pg_stat_user_tables.last_analyze); autovacuum's own analyzes do not count, since one of those,
+run in the middle of a bulk load, is how the statistics went wrong in the first place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+
+logger = logging.getLogger("reliableq.planguard")
+
+MIN_PAGES = 128  # below this (1 MB) any plan of a pick is cheap: never analyze for it
+REANALYZE_SECONDS = 60.0  # at most one ANALYZE by the guard (or by anyone) per table per minute
+LOCK_TIMEOUT = "1s"  # ANALYZE waits at most this long behind a VACUUM before giving up
+_ADVISORY_KEY = "reliableq:planguard"
+
+
+def scans(plan: dict[str, Any], table: str) -> list[str]:
+    """The index (or the scan type, without one) of every node of `plan` that reads `table`."""
+    found = []
+    if plan.get("Relation Name") == table:
+        found.append(plan.get("Index Name") or plan["Node Type"])
+    for child in plan.get("Plans", []):
+        found += scans(child, table)
+    return found
+
+
+def plan_of(sql: str, params: Any) -> dict[str, Any]:
+    """The planner's plan for a statement (EXPLAIN without ANALYZE: nothing runs, nothing locks)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        document = cursor.fetchone()[0]
+    document = json.loads(document) if isinstance(document, str) else document
+    return document[0]["Plan"]
+
+
+def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
+    """Analyze `table` if the planner would read it for this statement other than through `index`.
+
+    Returns whether it analyzed. Never raises for the guard's own sake: a lock it cannot get
+    in time or a refusal leaves the statistics to autovacuum, with a warning in the log.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT pg_relation_size(c.oid) / current_setting('block_size')::int, c.reltuples,
+                   coalesce(extract(epoch FROM now() - s.last_analyze), 'Infinity')
+              FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE c.oid = %s::regclass
+            """,
+            [table],
+        )
+        pages, reltuples, since_analyze = cursor.fetchone()
+    if pages < MIN_PAGES or since_analyze < REANALYZE_SECONDS:
+        return False
+    used = scans(plan_of(sql, params), table)
+    if all(name == index for name in used):
+        return False
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [f"{_ADVISORY_KEY}:{table}"])
+            if not cursor.fetchone()[0]:
+                return False  # another worker is analyzing it right now
+            logger.warning(
+                "statistics of %s look stale (%s; %s pages now): a pick would read it through %s, not %s; analyzing",
+                table,
+                "never analyzed" if reltuples < 0 else f"{reltuples:.0f} rows when last analyzed",
+                pages,
+                ", ".join(used),
+                index,
+            )
+            cursor.execute(
+                "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT]
+            )
+            before = cursor.fetchone()[0]
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])  # the caller's own again
+    except DatabaseError as exc:
+        logger.warning("could not analyze %s (%s); autovacuum will", table, exc)
+        return False
+    return True
