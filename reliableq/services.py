@@ -5,19 +5,30 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from . import audit, registry, rules
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
 from .models import FINISHED, Attempt, Job, JobStatus, ReturnValue
 
-__all__ = ["InvalidJob", "WrongStatus", "enqueue", "submit", "enqueue_many", "replay", "cancel", "prune"]
+__all__ = [
+    "InvalidJob",
+    "WrongStatus",
+    "NewJob",
+    "enqueue",
+    "submit",
+    "submit_many",
+    "enqueue_many",
+    "replay",
+    "cancel",
+    "prune",
+]
 
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
@@ -111,11 +122,25 @@ def submit(
     # the payload decoded from the JSON that was stored, as a read of the row would give it.
     stored_run_at, created_at, updated_at, _ = row
     values = {
-        "id": job_id, "kind": kind, "queue": queue, "priority": priority, "payload": json.loads(encoded),
-        "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget, "run_at": stored_run_at,
-        "lease_token": None, "lease_expires_at": None, "worker_id": "", "last_error": "", "dedupe_key": dedupe_key,
-        "dedupe_scope": scope, "submitted_by": submitter,
-        "created_at": created_at, "updated_at": updated_at, "finished_at": None,
+        "id": job_id,
+        "kind": kind,
+        "queue": queue,
+        "priority": priority,
+        "payload": json.loads(encoded),
+        "status": JobStatus.PENDING.value,
+        "attempts": 0,
+        "max_attempts": budget,
+        "run_at": stored_run_at,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "worker_id": "",
+        "last_error": "",
+        "dedupe_key": dedupe_key,
+        "dedupe_scope": scope,
+        "submitted_by": submitter,
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "finished_at": None,
     }
     return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True
 
@@ -123,6 +148,81 @@ def submit(
 def dedupe_scope(user: Any) -> str:
     """The namespace of a dedupe key: "" for code, "user:<pk>" for a submitter."""
     return "" if user is None else f"user:{user.pk}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """One job to submit, as submit_many takes it (the API's parsed submissions are these)."""
+
+    kind: str
+    payload: dict[str, Any]
+    queue: str = "default"
+    priority: int = 0
+    run_at: dt.datetime | None = None
+    max_attempts: int | None = None
+
+
+def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job]:
+    """Store jobs of any kinds with one INSERT in the caller's transaction (or its own, in autocommit).
+
+    All or nothing: every job is checked first, and InvalidJob names the first one that breaks a
+    rule (`field` is `jobs[<index>].<field>`). One wake-up per queue with a due job, sent only if
+    the transaction commits. Returns the jobs in the order given.
+    """
+    if not jobs:
+        return []
+    rows = []
+    for index, new in enumerate(jobs):
+        try:
+            handler = registry.get(new.kind)
+        except registry.UnknownKind as exc:
+            raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
+        try:
+            budget = _budget(handler, new.max_attempts)
+            rules.max_attempts(budget)
+            rules.queue_name(new.queue)
+            rules.priority(new.priority)
+            rules.run_at(new.run_at)
+            encoded = rules.payload(new.payload)
+        except InvalidJob as exc:
+            raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
+        rows.append((uuid.uuid4(), new.kind, new.queue, new.priority, encoded, budget, new.run_at))
+    ids, kinds, queues, priorities, payloads, budgets, run_ats = (list(column) for column in zip(*rows, strict=True))
+    submitter = "" if submitted_by is None else submitted_by.get_username()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH inserted AS (
+                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
+                                   run_at, worker_id, last_error, dedupe_scope, submitted_by, created_at, updated_at)
+                SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
+                       GREATEST(COALESCE(n.run_at, now()), now()), '', '', %s, %s, now(), now()
+                  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
+                              %s::timestamptz[]) AS n(id, kind, queue, priority, payload, budget, run_at)
+                RETURNING id, run_at, created_at, updated_at, queue
+            ),
+            woken AS (
+                SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) q
+            )
+            SELECT id, run_at, created_at, updated_at, (SELECT count(*) FROM woken) FROM inserted
+            """,
+            ("", submitter, ids, kinds, queues, priorities, payloads, budgets, run_ats),
+        )
+        stored = {row[0]: row[1:4] for row in cursor.fetchall()}
+    if len(stored) != len(rows):
+        raise AssertionError(f"submit_many stored {len(stored)} of {len(rows)} jobs")
+    made = []
+    for job_id, kind, queue, priority, encoded, budget, _ in rows:
+        run_at, created_at, updated_at = stored[job_id]
+        values = {
+            "id": job_id, "kind": kind, "queue": queue, "priority": priority, "payload": json.loads(encoded),
+            "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget, "run_at": run_at,
+            "lease_token": None, "lease_expires_at": None, "worker_id": "", "last_error": "", "dedupe_key": None,
+            "dedupe_scope": "", "submitted_by": submitter,
+            "created_at": created_at, "updated_at": updated_at, "finished_at": None,
+        }  # fmt: skip
+        made.append(Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]))
+    return made
 
 
 def enqueue_many(
@@ -230,36 +330,52 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     return job
 
 
-def prune(
-    *, older_than: dt.timedelta, batch_size: int = 1000, progress: Callable[[int], None] | None = None
-) -> int:
+def prune(*, older_than: dt.timedelta, batch_size: int = 1000, progress: Callable[[int], None] | None = None) -> int:
     """Delete finished jobs (and, by cascade, their attempts) in batches; return how many."""
+    from . import planguard
+
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
     total = 0
-    seconds = older_than.total_seconds()
+    # The oldest first, from the finished index: each batch reads only the rows it deletes. The
+    # status is checked on each row, never used to choose an index (the admin's status index
+    # would read every finished row; see leases._filter_only).
+    batch_sql = f"""
+        SELECT id FROM {JOB}
+         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)
+         ORDER BY finished_at
+         LIMIT %s
+           FOR UPDATE SKIP LOCKED
+    """
+    params = ([str(s) for s in FINISHED], older_than.total_seconds(), batch_size)
+    # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
+    # cheaper, for every batch; check once per run, and analyze if so (see reliableq.planguard).
+    planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:
-                # Attempts first, so one batch is one pass over each table, not a cascade per row.
+                # Attempts first, so one batch is one pass over each table, not a cascade per row;
+                # every delete by key, never by a join to the batch (see the note in leases.py). Each
+                # job's attempts are read as one range of the (job_id, number) index: the whole range
+                # of `number`, so every attempt, but written as a range so that even with no
+                # statistics the planner expects a handful of rows per job, not a scan's worth.
                 cursor.execute(
                     f"""
-                    WITH batch AS MATERIALIZED (
-                        SELECT id FROM {JOB}
-                         WHERE status = ANY(%s) AND finished_at IS NOT NULL
-                           AND finished_at < now() - make_interval(secs => %s)
-                         LIMIT %s
-                           FOR UPDATE SKIP LOCKED
-                    ),
+                    WITH batch AS MATERIALIZED ({batch_sql}),
                     gone_attempts AS (
-                        DELETE FROM {ATTEMPT} a USING batch WHERE a.job_id = batch.id
+                        DELETE FROM {ATTEMPT} a WHERE a.id = ANY(ARRAY(
+                            SELECT o.id FROM batch CROSS JOIN LATERAL (
+                                SELECT o.id FROM {ATTEMPT} o
+                                 WHERE o.job_id = batch.id AND o.number BETWEEN 0 AND 2147483647 OFFSET 0
+                            ) AS o
+                        ))
                     ),
                     gone_returns AS (
-                        DELETE FROM {RETURN_VALUE} r USING batch WHERE r.job_id = batch.id
+                        DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
                     )
-                    DELETE FROM {JOB} j USING batch WHERE j.id = batch.id
+                    DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
                     """,
-                    ([str(s) for s in FINISHED], seconds, batch_size),
+                    params,
                 )
                 deleted = cursor.rowcount
         total += deleted
@@ -272,23 +388,3 @@ def prune(
 def has_work(queues: list[str] | tuple[str, ...]) -> bool:
     """Whether any job in these queues is due or running (what --burst waits for)."""
     return Job.objects.in_queues(queues).unsettled().exists()
-
-
-def same_submission(job: Job, request: dict[str, Any]) -> bool:
-    """Whether a repeated Idempotency-Key came with the body that made `job`.
-
-    kind, payload, queue and priority never change. run_at and max_attempts do (a retry
-    moves run_at, a replay raises max_attempts), so they are compared only while the job
-    has never been claimed; after that a resent body is taken as the same submission.
-    """
-    if (job.kind, job.payload, job.queue, job.priority) != (
-        request["kind"], request["payload"], request["queue"], request["priority"]
-    ):
-        return False
-    if job.attempts:
-        return True
-    if request.get("max_attempts") is not None and request["max_attempts"] != job.max_attempts:
-        return False
-    if request.get("run_at") is not None and max(request["run_at"], job.created_at) != job.run_at:
-        return False  # (a run_at in the past was stored as the INSERT's now(), the job's created_at)
-    return True

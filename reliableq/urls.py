@@ -7,6 +7,7 @@ from .api import schema, views
 app_name = "reliableq"
 urlpatterns = [
     path("v1/jobs", views.JobListView.as_view(), name="job-list"),
+    path("v1/jobs/batch", views.JobBatchView.as_view(), name="job-batch"),  # before <job_id>, which it would match
     path("v1/jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
     path("v1/jobs/<str:job_id>/replay", views.ReplayView.as_view(), name="job-replay"),
     path("v1/jobs/<str:job_id>/cancel", views.CancelView.as_view(), name="job-cancel"),

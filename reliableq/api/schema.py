@@ -140,6 +140,19 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "JobBatch": {
+        "type": "object",
+        "required": ["jobs"],
+        "additionalProperties": False,
+        "properties": {
+            "jobs": {"type": "array", "minItems": 1, "maxItems": 1000, "items": ref("JobSubmission")},
+        },
+    },
+    "JobBatchResult": {
+        "type": "object",
+        "required": ["jobs"],
+        "properties": {"jobs": {"type": "array", "items": ref("Job")}},
+    },
     "JobPage": {
         "type": "object",
         "required": ["next", "previous", "results"],
@@ -207,6 +220,26 @@ PATHS: dict[str, Any] = {
                 **AUTH_ERRORS,
             },
         },
+    },
+    "/v1/jobs/batch": {
+        "post": {
+            "operationId": "submitJobs",
+            "summary": "Submit up to 1,000 jobs in one transaction: all are committed, or none.",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref("JobBatch")}}},
+            "responses": {
+                "202": json_response("All accepted and committed, in the order given.", ref("JobBatchResult")),
+                "400": problem_response("Invalid items; `errors` names each by index (jobs[3].kind). Nothing stored."),
+                "413": problem_response("A payload over MAX_PAYLOAD_BYTES, or a body over what the server accepts."),
+                "415": problem_response("The body is not JSON."),
+                "429": {
+                    **problem_response("Too many submissions (throttle scope reliableq_submit)."),
+                    "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}},
+                },
+                "503": problem_response("The jobs could not be stored; none was accepted."),
+                "401": AUTH_ERRORS["401"],
+                "403": problem_response("Missing reliableq.submit_job, or the CSRF check failed."),
+            },
+        }
     },
     "/v1/jobs/{id}": {
         "get": {

@@ -20,7 +20,8 @@ from ..errors import InvalidJob, WrongStatus
 from ..models import Job
 from . import documents, problems
 from .base import BaseAPIView, requires
-from .serializers import FilterSerializer, SubmitSerializer
+from .serializers import FilterSerializer
+from .submission import Invalid, Submission, parse, parse_batch, same
 from .throttles import SubmitThrottle
 
 
@@ -33,6 +34,16 @@ def _job_or_404(job_id: str) -> Job:
         return Job.objects.prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
     except (ValueError, Job.DoesNotExist):
         raise exceptions.NotFound(f"No job {job_id}.") from None
+
+
+def _submission(data: Any) -> Submission:
+    """The body as a Submission, or the 400 (or 413) that says what is wrong with it."""
+    try:
+        return parse(data)
+    except rules.PayloadTooLarge as exc:
+        raise problems.PayloadTooLarge(str(exc)) from None
+    except Invalid as exc:
+        raise exceptions.ValidationError(exc.errors) from None
 
 
 def _reads_tracebacks(request: Request) -> bool:
@@ -97,9 +108,7 @@ class JobListView(BaseAPIView):
         )
 
     def post(self, request: Request) -> Response:
-        body = SubmitSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        sub = _submission(request.data)
         key = request.headers.get("Idempotency-Key") or None
         try:
             if key is not None:
@@ -107,12 +116,12 @@ class JobListView(BaseAPIView):
             # 202 only after this commits: an acknowledged job is a durable job. The INSERT is one
             # statement in autocommit, so it commits as it returns (no BEGIN and COMMIT round trips).
             job, created = services.submit(
-                data["kind"],
-                data["payload"],
-                queue=data["queue"],
-                priority=data["priority"],
-                run_at=data["run_at"],
-                max_attempts=data["max_attempts"],
+                sub.kind,
+                sub.payload,
+                queue=sub.queue,
+                priority=sub.priority,
+                run_at=sub.run_at,
+                max_attempts=sub.max_attempts,
                 dedupe_key=key,
                 submitted_by=request.user,
             )
@@ -122,7 +131,7 @@ class JobListView(BaseAPIView):
             raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
         except DatabaseError:
             raise problems.ServiceUnavailable("The job could not be stored; nothing was accepted. Try again.") from None
-        if not created and not services.same_submission(job, data):
+        if not created and not same(job, sub):
             # Keys are scoped per submitter, so the job named here is always the caller's own.
             raise problems.Conflict(f"Idempotency-Key {key!r} was already used for job {job.id} with another body.")
         # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
@@ -132,6 +141,34 @@ class JobListView(BaseAPIView):
             documents.job(job, attempts, tracebacks=_reads_tracebacks(request)),
             status=code,
             headers={"Location": f"/v1/jobs/{job.id}"},
+        )
+
+
+class JobBatchView(BaseAPIView):
+    """POST /v1/jobs/batch: up to 1,000 jobs in one INSERT, all or nothing."""
+
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission("submit_job")()]
+
+    def get_throttles(self) -> list[Any]:
+        return [SubmitThrottle()]
+
+    def post(self, request: Request) -> Response:
+        try:
+            subs = parse_batch(request.data)
+            # One statement in autocommit: every job commits, or none does.
+            jobs = services.submit_many(subs, submitted_by=request.user)
+        except rules.PayloadTooLarge as exc:
+            raise problems.PayloadTooLarge(str(exc)) from None
+        except Invalid as exc:
+            raise exceptions.ValidationError(exc.errors) from None
+        except InvalidJob as exc:
+            raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
+        except DatabaseError:
+            raise problems.ServiceUnavailable("The jobs could not be stored; none was accepted. Try again.") from None
+        tracebacks = _reads_tracebacks(request)
+        return Response(
+            {"jobs": [documents.job(job, [], tracebacks=tracebacks) for job in jobs]}, status=status.HTTP_202_ACCEPTED
         )
 
 

@@ -102,9 +102,9 @@ def test_same_key_with_another_body_is_409_problem_and_keeps_the_original(api, c
     assert Job.objects.get().payload == BODY["payload"]
 
 
-# The two tests below fail today: same_submission compares the repeated request with the job's
-# *current* run_at and max_attempts, which the queue itself rewrites (a retry moves run_at, a
-# replay raises max_attempts), so an identical retry of the submission is taken for another body.
+# A repeated submission is compared with what the job was made from, not with its *current*
+# run_at and max_attempts, which the queue itself rewrites (a retry moves run_at, a replay raises
+# max_attempts): an identical retry of the submission is not taken for another body.
 
 
 @pytest.mark.django_db

@@ -407,6 +407,7 @@ def test_schema_documents_every_route_and_method_served_including_charges(anon):
     assert documented == routes_served()
     assert {
         "/v1/jobs",
+        "/v1/jobs/batch",
         "/v1/jobs/{id}",
         "/v1/jobs/{id}/replay",
         "/v1/jobs/{id}/cancel",
@@ -425,7 +426,8 @@ def test_schema_documents_the_contract_status_codes_of_each_operation(anon):
     def codes(path: str, method: str) -> set[str]:
         return set(paths[path][method]["responses"])
 
-    assert {"202", "200", "400", "401", "403", "409", "413", "415", "503"} <= codes("/v1/jobs", "post")
+    assert {"202", "200", "400", "401", "403", "409", "413", "415", "429", "503"} <= codes("/v1/jobs", "post")
+    assert {"202", "400", "401", "403", "413", "415", "429", "503"} <= codes("/v1/jobs/batch", "post")
     assert {"200", "400", "401", "403"} <= codes("/v1/jobs", "get")
     assert {"200", "401", "403", "404"} <= codes("/v1/jobs/{id}", "get")
     assert {"202", "401", "403", "404", "409"} <= codes("/v1/jobs/{id}/replay", "post")

@@ -1,0 +1,174 @@
+"""What a client may submit: one job's body, read and checked by the rules of reliableq.rules.
+
+Written out rather than a DRF serializer: POST /v1/jobs and each of up to 1,000 items of
+POST /v1/jobs/batch go through it, and per item it costs a few dictionary lookups where a
+serializer built a dozen field objects. Every field is checked and every problem reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from .. import registry, rules
+from ..errors import InvalidJob, NotSubmittable
+from ..models import Job
+from ..services import NewJob
+
+FIELDS = ("kind", "payload", "queue", "priority", "run_at", "max_attempts")
+REQUIRED = "This field is required."
+
+
+Submission = NewJob  # what services.submit_many takes; POST /v1/jobs passes its fields to services.submit
+MAX_BATCH = 1000
+
+
+class Invalid(Exception):
+    """The body breaks rules; `errors` maps each field to what is wrong with it."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        self.errors = errors
+        super().__init__(errors)
+
+
+def parse(data: Any) -> Submission:
+    """Read one submission; Invalid with every field's problems, or rules.PayloadTooLarge (a 413)."""
+    if not isinstance(data, dict):
+        raise Invalid({"non_field_errors": ["The body must be a JSON object."]})
+    errors: dict[str, list[str]] = {name: ["Unknown field."] for name in sorted(set(data) - set(FIELDS))}
+    if errors:
+        raise Invalid(errors)
+    values: dict[str, Any] = {}
+    for name, read in _READERS.items():
+        try:
+            values[name] = read(data)
+        except InvalidJob as exc:
+            if isinstance(exc, rules.PayloadTooLarge):
+                raise
+            errors[name] = [str(exc)]
+    if errors:
+        raise Invalid(errors)
+    return Submission(**values)
+
+
+def parse_batch(data: Any) -> list[Submission]:
+    """Read `{"jobs": [...]}`: every item checked; Invalid names each failing item by its index."""
+    if not isinstance(data, dict) or set(data) != {"jobs"}:
+        raise Invalid({"non_field_errors": ['The body must be a JSON object with one field, "jobs".']})
+    items = data["jobs"]
+    if not isinstance(items, list) or not items:
+        raise Invalid({"jobs": ["A non-empty list of jobs is required."]})
+    if len(items) > MAX_BATCH:
+        raise Invalid({"jobs": [f"At most {MAX_BATCH} jobs per batch; this one has {len(items)}."]})
+    parsed: list[Submission] = []
+    errors: dict[str, list[str]] = {}
+    for index, item in enumerate(items):
+        try:
+            parsed.append(parse(item))
+        except Invalid as exc:
+            errors.update({f"jobs[{index}].{field}": messages for field, messages in exc.errors.items()})
+        except rules.PayloadTooLarge as exc:
+            raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].payload") from None
+    if errors:
+        raise Invalid(errors)
+    return parsed
+
+
+def same(job: Job, sub: Submission) -> bool:
+    """Whether a repeated Idempotency-Key came with the body that made `job`.
+
+    kind, payload, queue and priority never change. run_at and max_attempts do (a retry
+    moves run_at, a replay raises max_attempts), so they are compared only while the job
+    has never been claimed; after that a resent body is taken as the same submission.
+    """
+    if (job.kind, job.payload, job.queue, job.priority) != (sub.kind, sub.payload, sub.queue, sub.priority):
+        return False
+    if job.attempts:
+        return True
+    if sub.max_attempts is not None and sub.max_attempts != job.max_attempts:
+        return False
+    if sub.run_at is not None and max(sub.run_at, job.created_at) != job.run_at:
+        return False  # (a run_at in the past was stored as the INSERT's now(), the job's created_at)
+    return True
+
+
+def _kind(data: dict[str, Any]) -> str:
+    if "kind" not in data:
+        raise InvalidJob(REQUIRED)
+    kind = data["kind"]
+    if not isinstance(kind, str) or not kind.strip():
+        raise InvalidJob("A kind is a non-empty string.")
+    if len(kind) > rules.MAX_KIND_CHARS:
+        raise InvalidJob(f"Ensure this field has no more than {rules.MAX_KIND_CHARS} characters.")
+    try:
+        registry.for_http(kind)
+    except NotSubmittable as exc:
+        raise InvalidJob(str(exc)) from None
+    return kind
+
+
+def _payload(data: dict[str, Any]) -> dict[str, Any]:
+    if "payload" not in data:
+        raise InvalidJob(REQUIRED)
+    payload = data["payload"]
+    if not isinstance(payload, dict):  # (enqueue takes None for {}; a client sends an object)
+        raise InvalidJob("The payload must be a JSON object.")
+    rules.payload(payload)  # InvalidJob, or PayloadTooLarge
+    return payload
+
+
+def _queue(data: dict[str, Any]) -> str:
+    queue = data.get("queue", "default")
+    if not isinstance(queue, str) or not rules.QUEUE.match(queue):
+        raise InvalidJob(f"The queue must be {rules.QUEUE_HELP}.")
+    return queue
+
+
+def _strict_int(value: Any) -> int:
+    """An integer, and only an integer: no "5", no 5.0, no true."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJob("A valid integer is required.")
+    return value
+
+
+def _priority(data: dict[str, Any]) -> int:
+    return rules.priority(_strict_int(data.get("priority", 0)))
+
+
+def _max_attempts(data: dict[str, Any]) -> int | None:
+    value = data.get("max_attempts")
+    return None if value is None else rules.max_attempts(_strict_int(value))
+
+
+def _run_at(data: dict[str, Any]) -> dt.datetime | None:
+    """An ISO 8601 time with an explicit offset; a naive one is refused, not guessed."""
+    value = data.get("run_at")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidJob("run_at must be an ISO 8601 time with a UTC offset, like 2030-01-01T12:00:00Z.")
+    try:
+        parsed = parse_datetime(value.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise InvalidJob("run_at must be an ISO 8601 time with a UTC offset, like 2030-01-01T12:00:00Z.")
+    if parsed.tzinfo is None:
+        raise InvalidJob("run_at needs a UTC offset (like 2030-01-01T12:00:00Z); naive times are ambiguous.")
+    try:
+        parsed = parsed.astimezone(dt.timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable UTC time
+        raise InvalidJob("run_at is out of range.") from None
+    return rules.run_at(parsed)
+
+
+_READERS = {
+    "kind": _kind,
+    "payload": _payload,
+    "queue": _queue,
+    "priority": _priority,
+    "run_at": _run_at,
+    "max_attempts": _max_attempts,
+}
