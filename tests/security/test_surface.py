@@ -61,3 +61,12 @@ def test_without_a_key_the_site_generates_one_and_every_process_shares_it(tmp_pa
     assert len(first) >= 50 and first != COMMITTED_FALLBACK
     assert secret_key(path, debug=False) == first
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_benchmarks_unauthenticated_views_are_not_served_by_default(site):
+    """testproject's /bench/insert makes jobs without a login: only a benchmark's server has it."""
+    import requests
+
+    for route in ("/bench/noop", "/bench/insert"):
+        answer = requests.post(site.url + route, json={"kind": "demo.noop", "payload": {}}, timeout=30)
+        assert answer.status_code == 404, (route, answer.status_code)
