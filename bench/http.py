@@ -101,7 +101,7 @@ def wrk(path: Target, *, connections: int, seconds: float, folder: Path) -> Run:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.monotonic()
     out = subprocess.run(
-        ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s", "--timeout", "10s",
+        ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s", "--timeout", "10s",
          "-s", str(script), path.url],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
@@ -112,6 +112,17 @@ def wrk(path: Target, *, connections: int, seconds: float, folder: Path) -> Run:
     requests, micros, errors, p50, p99, _ = (int(x) for x in line.split()[1:])
     return Run(requests=requests, seconds=micros / 1e6, errors=errors, p50_ms=p50 / 1000, p99_ms=p99 / 1000,
                client_cpu=cpu / wall)  # fmt: skip
+
+
+def _settle(queue: str) -> int:
+    """The queue's row count once it stops growing: requests wrk gave up on at the end still commit."""
+    last = -1
+    while True:
+        count = Job.objects.filter(queue=queue).count()
+        if count == last:
+            return count
+        last = count
+        time.sleep(0.3)
 
 
 def paths(base: str, token: str, queue: str, batch: int) -> list[Target]:
@@ -162,11 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                 queue = f"bench-http-{run_id}-{c}-{rep}"
                 order = paths(f"http://127.0.0.1:{port}", token, queue, args.batch)
                 order = order[rep % len(order) :] + order[: rep % len(order)]  # rotate: no path always first
+                warmups = paths(f"http://127.0.0.1:{port}", token, f"{queue}-warm", args.batch)
                 for path in order:
-                    wrk(path, connections=c, seconds=0.5, folder=folder)  # warm connections and caches
+                    warm = next(w for w in warmups if w.name == path.name)
+                    wrk(warm, connections=c, seconds=1, folder=folder)  # warm connections and caches
+                    _settle(queue)
                     before = Job.objects.filter(queue=queue).count()
                     run = wrk(path, connections=c, seconds=args.seconds, folder=folder)
-                    made = Job.objects.filter(queue=queue).count() - before
+                    made = _settle(queue) - before
                     # wrk counts requests that completed in its window; one in flight at the end may
                     # have committed too: allow at most one request per connection of slack.
                     expected = (run.requests - run.errors) * path.jobs_per_request

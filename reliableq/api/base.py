@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
 from . import problems
+from .authentication import TokenAuthentication
+from .permissions import requires
+
+__all__ = ["BaseAPIView", "ProblemJSONParser", "requires"]
 
 
 class ProblemJSONParser(JSONParser):
@@ -24,19 +28,6 @@ class ProblemJSONParser(JSONParser):
             # json raises RecursionError, not ValueError, for [[[[...]]]] nested past the
             # interpreter's limit: without this, a 500.
             raise ParseError("JSON parse error - the document is nested too deeply.") from None
-
-
-def requires(perm: str) -> type[BasePermission]:
-    """A DRF permission class: the user holds `perm` ("app_label.codename")."""
-
-    class HasPermission(BasePermission):
-        message = f"This needs the {perm} permission."
-
-        def has_permission(self, request: Any, view: Any) -> bool:
-            return bool(request.user and request.user.has_perm(perm))
-
-    HasPermission.__name__ = f"Has_{perm.replace('.', '_')}"
-    return HasPermission
 
 
 class BaseAPIView(APIView):

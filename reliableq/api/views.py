@@ -19,7 +19,8 @@ from .. import health, rules, services, stats
 from ..errors import InvalidJob, WrongStatus
 from ..models import Job
 from . import documents, problems
-from .base import BaseAPIView, requires
+from .base import BaseAPIView
+from .permissions import holds, requires
 from .serializers import FilterSerializer
 from .submission import Invalid, Submission, parse, parse_batch, same
 from .throttles import SubmitThrottle
@@ -48,7 +49,7 @@ def _submission(data: Any) -> Submission:
 
 def _reads_tracebacks(request: Request) -> bool:
     """Operators (reliableq.view_job) read stored tracebacks; anyone else reads errors without them."""
-    return bool(request.user.has_perm("reliableq.view_job"))
+    return holds(request.user, "reliableq.view_job")
 
 
 def _document(job: Job, request: Request) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 import reliableq
@@ -27,7 +29,9 @@ def cron_kind():
 
 
 def test_a_users_key_cannot_take_a_cron_slot(client_of, cron_kind):
-    now = scheduler.database_now()
+    # A minute ahead, so that the slot is still in the future when the scheduler inserts it
+    # (a past run_at would be stored as the INSERT's now()) however slow this machine is.
+    now = scheduler.database_now() + dt.timedelta(minutes=1)
     slot = scheduler.next_slot("* * * * * *", now)
     attacker = client_of("attacker", SUBMIT)
 
