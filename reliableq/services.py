@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
@@ -160,14 +160,17 @@ class NewJob:
     priority: int = 0
     run_at: dt.datetime | None = None
     max_attempts: int | None = None
+    # The payload as the JSON to store, when the rules have already been applied (the API's parser).
+    encoded: str | None = field(default=None, compare=False, repr=False)
 
 
 def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job]:
     """Store jobs of any kinds with one INSERT in the caller's transaction (or its own, in autocommit).
 
     All or nothing: every job is checked first, and InvalidJob names the first one that breaks a
-    rule (`field` is `jobs[<index>].<field>`). One wake-up per queue with a due job, sent only if
-    the transaction commits. Returns the jobs in the order given.
+    rule (`field` is `jobs[<index>].<field>`); a job that carries `encoded` was checked by the
+    same rules already (reliableq.api.submission) and is not checked twice. One wake-up per queue
+    with a due job, sent only if the transaction commits. Returns the jobs in the order given.
     """
     if not jobs:
         return []
@@ -177,49 +180,57 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             handler = registry.get(new.kind)
         except registry.UnknownKind as exc:
             raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
-        try:
-            budget = _budget(handler, new.max_attempts)
-            rules.max_attempts(budget)
-            rules.queue_name(new.queue)
-            rules.priority(new.priority)
-            rules.run_at(new.run_at)
-            encoded = rules.payload(new.payload)
-        except InvalidJob as exc:
-            raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
+        budget = _budget(handler, new.max_attempts)
+        encoded = new.encoded
+        if encoded is None:
+            try:
+                rules.max_attempts(budget)
+                rules.queue_name(new.queue)
+                rules.priority(new.priority)
+                rules.run_at(new.run_at)
+                encoded = rules.payload(new.payload)
+            except InvalidJob as exc:
+                raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
         rows.append((uuid.uuid4(), new.kind, new.queue, new.priority, encoded, budget, new.run_at))
     ids, kinds, queues, priorities, payloads, budgets, run_ats = (list(column) for column in zip(*rows, strict=True))
     submitter = "" if submitted_by is None else submitted_by.get_username()
     with connection.cursor() as cursor:
+        # One row comes back, not one per job: the transaction's time (every job's created_at,
+        # and the run_at of every job due now) and the run_at of the few scheduled later.
         cursor.execute(
             f"""
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
                                    run_at, worker_id, last_error, dedupe_scope, submitted_by, created_at, updated_at)
                 SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
-                       GREATEST(COALESCE(n.run_at, now()), now()), '', '', %s, %s, now(), now()
+                       GREATEST(COALESCE(n.run_at, now()), now()), '', '', '', %s, now(), now()
                   FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
                               %s::timestamptz[]) AS n(id, kind, queue, priority, payload, budget, run_at)
-                RETURNING id, run_at, created_at, updated_at, queue
+                RETURNING id, run_at, queue
             ),
             woken AS (
                 SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) q
             )
-            SELECT id, run_at, created_at, updated_at, (SELECT count(*) FROM woken) FROM inserted
+            SELECT now(), count(*), array_agg(id) FILTER (WHERE run_at <> now()),
+                   array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken)
+              FROM inserted
             """,
-            ("", submitter, ids, kinds, queues, priorities, payloads, budgets, run_ats),
+            (submitter, ids, kinds, queues, priorities, payloads, budgets, run_ats),
         )
-        stored = {row[0]: row[1:4] for row in cursor.fetchall()}
-    if len(stored) != len(rows):
-        raise AssertionError(f"submit_many stored {len(stored)} of {len(rows)} jobs")
+        now, count, later_ids, later_run_ats, _ = cursor.fetchone()
+    if count != len(rows):
+        raise AssertionError(f"submit_many stored {count} of {len(rows)} jobs")
+    later = dict(zip(later_ids or [], later_run_ats or [], strict=True))
     made = []
-    for job_id, kind, queue, priority, encoded, budget, _ in rows:
-        run_at, created_at, updated_at = stored[job_id]
+    for new, (job_id, kind, queue, priority, encoded, budget, _) in zip(jobs, rows, strict=True):
         values = {
-            "id": job_id, "kind": kind, "queue": queue, "priority": priority, "payload": json.loads(encoded),
-            "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget, "run_at": run_at,
-            "lease_token": None, "lease_expires_at": None, "worker_id": "", "last_error": "", "dedupe_key": None,
-            "dedupe_scope": "", "submitted_by": submitter,
-            "created_at": created_at, "updated_at": updated_at, "finished_at": None,
+            "id": job_id, "kind": kind, "queue": queue, "priority": priority,
+            # What a read of the row would give: the checked payload is plain JSON already.
+            "payload": new.payload if new.encoded is not None else json.loads(encoded),
+            "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget,
+            "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
+            "last_error": "", "dedupe_key": None, "dedupe_scope": "", "submitted_by": submitter,
+            "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
         made.append(Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]))
     return made

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..models import Attempt, Job
 from ..sanitize import without_traceback
 
 
+@functools.lru_cache(maxsize=256)  # a batch's jobs share their created_at, updated_at and mostly run_at
 def time(value: dt.datetime | None) -> str | None:
     """ISO 8601 in UTC with a Z, as DRF renders times."""
     if value is None:

@@ -50,6 +50,7 @@ def parse(data: Any) -> Submission:
             errors[name] = [str(exc)]
     if errors:
         raise Invalid(errors)
+    values["payload"], values["encoded"] = values["payload"]
     return Submission(**values)
 
 
@@ -109,14 +110,13 @@ def _kind(data: dict[str, Any]) -> str:
     return kind
 
 
-def _payload(data: dict[str, Any]) -> dict[str, Any]:
+def _payload(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
     if "payload" not in data:
         raise InvalidJob(REQUIRED)
     payload = data["payload"]
     if not isinstance(payload, dict):  # (enqueue takes None for {}; a client sends an object)
         raise InvalidJob("The payload must be a JSON object.")
-    rules.payload(payload)  # InvalidJob, or PayloadTooLarge
-    return payload
+    return payload, rules.payload(payload)  # InvalidJob, or PayloadTooLarge
 
 
 def _queue(data: dict[str, Any]) -> str:
