@@ -39,3 +39,12 @@ class BaseAPIView(APIView):
 
     def get_exception_handler(self) -> Any:
         return problems.exception_handler
+
+    def perform_content_negotiation(self, request: Any, force: bool = False) -> Any:
+        # The API speaks JSON only: what a client asking for JSON, or anything, gets needs no
+        # negotiation (it was a tenth of a submission's cost); other Accept headers are negotiated
+        # as DRF does, so they still get their 406.
+        if request.META.get("HTTP_ACCEPT", "*/*") in ("*/*", "application/json", ""):
+            renderer = JSONRenderer()
+            return renderer, renderer.media_type
+        return super().perform_content_negotiation(request, force)

@@ -88,3 +88,18 @@ class EveryoneMaySubmit:
 
     def has_perm(self, user_obj, perm, obj=None):  # noqa: ANN001, ANN201
         return perm == "reliableq.submit_job"
+
+
+def test_the_submit_throttle_counts_per_user_in_fixed_windows(settings, make_client):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"reliableq_submit": "2/d"}}
+    first, second = make_client("submit_job"), make_client("submit_job")
+    answers = [first.post("/v1/jobs", JOB, format="json").status_code for _ in range(3)]
+    assert answers == [202, 202, 429]
+    assert second.post("/v1/jobs", JOB, format="json").status_code == 202, "another user has a count of its own"
+    refused = first.post("/v1/jobs/batch", {"jobs": [JOB]}, format="json")
+    body = problem_of(refused, 429)
+    assert 0 < int(refused["Retry-After"]) <= 86400 and "throttled" in body["detail"].lower()
+    cache.clear()
