@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -26,38 +27,49 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-class Settings:
-    """Read RELIABLEQ keys lazily so that override_settings takes effect at once."""
+class AppSettings:
+    """One settings dict of an app (RELIABLEQ, CHARGES): defaults, lazy reads, reload on setting_changed.
 
-    _cache: dict[str, Any] | None = None
+    Read lazily so that override_settings takes effect at once; an unknown key, or a value that
+    is not a dict, is an error at the first read, naming the keys that exist.
+    """
+
+    _instances: dict[str, AppSettings] = {}
+
+    def __init__(self, name: str, defaults: dict[str, Any]) -> None:
+        self._name = name
+        self._defaults = defaults
+        self._cache: dict[str, Any] | None = None
+        AppSettings._instances[name] = self
 
     def _user(self) -> dict[str, Any]:
         if self._cache is None:
-            user = getattr(settings, "RELIABLEQ", {}) or {}
-            unknown = set(user) - set(DEFAULTS)
+            user = getattr(settings, self._name, {}) or {}
+            if not isinstance(user, dict):
+                raise ImproperlyConfigured(f"{self._name} must be a dict, not {type(user).__name__}.")
+            unknown = set(user) - set(self._defaults)
             if unknown:
-                from django.core.exceptions import ImproperlyConfigured
-
                 raise ImproperlyConfigured(
-                    f"Unknown RELIABLEQ setting(s): {', '.join(sorted(unknown))}. "
-                    f"Known keys are: {', '.join(DEFAULTS)}."
+                    f"Unknown {self._name} setting(s): {', '.join(sorted(unknown))}. "
+                    f"Known keys are: {', '.join(self._defaults)}."
                 )
-            self._cache = {**DEFAULTS, **user}
+            self._cache = {**self._defaults, **user}
         return self._cache
 
     def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"No RELIABLEQ setting named {name!r}.")
+        if name.startswith("_") or name not in self._defaults:
+            raise AttributeError(f"No {self._name} setting named {name!r}.")
         return self._user()[name]
 
     def reload(self) -> None:
         self._cache = None
 
 
-reliableq_settings = Settings()
+reliableq_settings = AppSettings("RELIABLEQ", DEFAULTS)
 
 
 @receiver(setting_changed)
 def _reload(*, setting: str, **kwargs: Any) -> None:
-    if setting == "RELIABLEQ":
-        reliableq_settings.reload()
+    found = AppSettings._instances.get(setting)
+    if found is not None:
+        found.reload()

@@ -22,39 +22,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def api_argv(port: int, *, workers: int = 2, threads: int = 8) -> list[str]:
+    """The command line of gunicorn serving testproject on 127.0.0.1:port (the jobs API and the charge service)."""
+    return [
+        sys.executable, "-m", "gunicorn", "testproject.wsgi:application",
+        "--bind", f"127.0.0.1:{port}",
+        "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread",
+        "--graceful-timeout", "5", "--log-level", "warning",
+        # Let Django, not gunicorn's HTML error pages, answer over-long URLs and headers,
+        # so every answer is a problem document (Django still caps bodies and fields).
+        "--limit-request-line", "0", "--limit-request-field_size", "0",
+    ]  # fmt: skip
+
+
 def start_api(
     port: int, *, env: dict[str, str], log: IO[bytes] | int = subprocess.DEVNULL, workers: int = 2, threads: int = 8
 ) -> subprocess.Popen[bytes]:
     """gunicorn serving testproject on 127.0.0.1:port (the jobs API and the charge service)."""
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "testproject.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--threads",
-            str(threads),
-            "--worker-class",
-            "gthread",
-            "--graceful-timeout",
-            "5",
-            "--log-level",
-            "warning",
-            # Let Django, not gunicorn's HTML error pages, answer over-long URLs and headers,
-            # so every answer is a problem document (Django still caps bodies and fields).
-            "--limit-request-line",
-            "0",
-            "--limit-request-field_size",
-            "0",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        api_argv(port, workers=workers, threads=threads), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
 
 

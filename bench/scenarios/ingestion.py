@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from ..core import Procs, Summary, ratio
@@ -106,7 +105,7 @@ def _http(bench: Bench) -> dict[int, Summary]:
     port = processes.free_port()
     with Procs(bench.logs) as procs:
         # The API throttles each user's submissions (100/s by default); what is measured here is the path itself.
-        server = procs.spawn("gunicorn", _gunicorn_argv(port), env=env(TESTPROJECT_SUBMIT_RATE="1000000/s"))
+        server = procs.spawn("gunicorn", processes.api_argv(port), env=env(TESTPROJECT_SUBMIT_RATE="1000000/s"))
         processes.wait_http(f"http://127.0.0.1:{port}/v1/schema", timeout=60, process=server)
         for clients in bench.p.ingest_clients:
             http[clients] = bench.repetitions(path="HTTP POST /v1/jobs", clients=clients)
@@ -154,22 +153,3 @@ def _enqueue_run(bench: Bench, system: System, rep: int, mode: str) -> float:
     rate = n / wall
     bench.say(f"  {run}: {rate:,.0f} jobs/s")
     return rate
-
-
-def _gunicorn_argv(port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "testproject.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "2",
-        "--threads",
-        "8",
-        "--worker-class",
-        "gthread",
-        "--log-level",
-        "warning",
-    ]
