@@ -23,8 +23,9 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from . import charts, registry, services, stats
+from . import charts, horizon, registry, services, stats
 from .admin_paging import CappedCountPaginator
+from .conf import reliableq_settings
 from .errors import WrongStatus
 from .models import Attempt, Job, JobStatus, QueueDashboard
 
@@ -413,6 +414,7 @@ class QueueDashboardAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         snapshot = stats.snapshot()
+        held = horizon.horizon()
         jobs_url = reverse("admin:reliableq_job_changelist")
         return TemplateResponse(
             request,
@@ -431,6 +433,10 @@ class QueueDashboardAdmin(admin.ModelAdmin):
                 "dead_url": f"{jobs_url}?status__exact=DEAD",
                 "expired_url": f"{jobs_url}?lease=expired",
                 "last_hour": stats.last_hour(),
+                "horizon": held,
+                "horizon_warning": held.age_seconds > float(reliableq_settings.XMIN_WARNING_SECONDS),
+                "xmin_warning_seconds": reliableq_settings.XMIN_WARNING_SECONDS,
+                "dead_tuples": horizon.dead_tuples(),
                 "chart_panels": charts.panels(
                     stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()
                 ),

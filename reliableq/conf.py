@@ -24,6 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE": None,  # alias for LISTEN: a direct connection, not a transaction pooler; None: DATABASE
     "SCHEDULE_SECONDS": 5.0,  # how often each worker makes sure the next cron slots have their jobs
     "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length
+    "XMIN_WARNING_SECONDS": 300.0,  # the dashboard warns when a snapshot older than this holds back vacuum
 }
 
 

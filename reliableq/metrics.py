@@ -14,7 +14,7 @@ from django.db import connection
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import stats
+from . import horizon, stats
 from .models import Attempt, Job, JobStatus, Outcome
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -76,6 +76,21 @@ class QueueCollector(Collector):
             buckets = [(str(b), c) for b, c in zip(BUCKETS, cumulative, strict=True)] + [("+Inf", count)]
             durations.add_metric([kind], buckets, total)
         yield durations
+        held = horizon.horizon()
+        yield GaugeMetricFamily(
+            "reliableq_xmin_horizon_age_seconds",
+            "Age of the oldest snapshot or prepared transaction holding back vacuum on the queue's database.",
+            value=held.age_seconds,
+        )
+        yield GaugeMetricFamily(
+            "reliableq_xmin_horizon_age_xids",
+            "Transactions since the oldest xmin holding back vacuum (replication slots included).",
+            value=held.age_xids,
+        )
+        dead = GaugeMetricFamily("reliableq_dead_tuples", "Dead row versions in the queue's tables.", labels=["table"])
+        for table, n in horizon.dead_tuples().items():
+            dead.add_metric([table], n)
+        yield dead
 
 
 def registry() -> CollectorRegistry:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ... import metrics, stats
+from ... import horizon, metrics, stats
 from ...models import JobStatus
 
 
@@ -25,6 +25,12 @@ class Command(BaseCommand):
         out.write("")
         out.write(f"oldest due PENDING job waited: {snapshot['oldest_due_pending_age_seconds']:.1f}s")
         out.write(f"DEAD jobs: {snapshot['dead']}")
+        held = horizon.horizon()
+        out.write(
+            f"xmin horizon: {held.age_seconds:.1f}s old, {held.age_xids} transactions"
+            + (f", held by {held.holder}" if held.holder else "")
+        )
+        out.write("dead tuples: " + ", ".join(f"{t} {n}" for t, n in horizon.dead_tuples().items()))
         last_hour = stats.last_hour()
         out.write(f"attempts in the last hour: {last_hour['attempts']} ({last_hour['failures']} failed)")
         out.write("")
