@@ -16,6 +16,8 @@ from django.db import connection
 
 from testproject import dburl, processes
 
+pytestmark = pytest.mark.heavy  # not Django-version dependent: the Django 6.1 pass skips it
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

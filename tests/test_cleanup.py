@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy  # not Django-version dependent: the Django 6.1 pass skips it
+
 ROOT = Path(__file__).resolve().parent.parent
 # A test that uses the database, one with real worker processes, one with a live gunicorn.
 SAMPLE = [

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy  # not Django-version dependent: the Django 6.1 pass skips it
+
 pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[2]

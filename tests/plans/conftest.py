@@ -70,3 +70,10 @@ def figures() -> Iterator[Figures]:
         with open(path, "a") as report:
             for row in collected.rows:
                 report.write(json.dumps(row) + "\n")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Plans depend on PostgreSQL, not on Django's version: the Django 6.1 pass skips them (heavy)."""
+    for item in items:
+        if "tests/plans/" in str(item.fspath):
+            item.add_marker(pytest.mark.heavy)
