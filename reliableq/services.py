@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from . import audit, registry, rules
+from . import audit, planguard, registry, rules
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
 from .models import FINISHED, Attempt, Job, JobStatus, ReturnValue
@@ -343,8 +343,6 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
 
 def prune(*, older_than: dt.timedelta, batch_size: int = 1000, progress: Callable[[int], None] | None = None) -> int:
     """Delete finished jobs (and, by cascade, their attempts) in batches; return how many."""
-    from . import planguard
-
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
     total = 0
