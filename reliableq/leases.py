@@ -157,9 +157,7 @@ def claim(
     caps = dict(caps or {})
     queues = tuple(queues)
     if rescue:
-        # Once per rescue interval: if stale statistics would make the pick leave the due index,
-        # analyze now instead of claiming through a walk of the backlog until autovacuum does.
-        planguard.keep_index(*_picked_sql(queues, limit, (), None), table=JOB, index=DUE_INDEX)
+        guard_claims(queues, limit)
     if not rescue and not caps:
         return _take(queues, limit, worker_id, lease_seconds), []
     with transaction.atomic():
@@ -170,6 +168,15 @@ def claim(
             if room > 0:
                 jobs += _take(queues, room, worker_id, lease_seconds, kind=kind)
     return jobs, rescued
+
+
+def guard_claims(queues: Sequence[str], limit: int = 10) -> None:
+    """If stale statistics would make a claim's pick leave the due index, analyze now.
+
+    Once per rescue interval (the maintenance leader, or a claim with rescue): cheaper than
+    claiming through a walk of the backlog until autovacuum analyzes the table.
+    """
+    planguard.keep_index(*_picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX)
 
 
 def _room_for(kind: str, cap: int) -> int:
@@ -297,6 +304,16 @@ def _take(
     ]
 
 
+def rescue() -> list[Rescued]:
+    """Take back expired leases in every queue, one batch, in a transaction of its own.
+
+    The fleet's maintenance leader calls this once per interval (reliableq.worker.maintenance);
+    claims then need no rescue of their own.
+    """
+    with transaction.atomic():
+        return _rescue_expired(())
+
+
 def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
     """Take back RUNNING jobs whose lease ran out: close the open attempt, requeue or bury.
 
@@ -329,13 +346,10 @@ def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
     job's newest, if still RUNNING. The job's worker_id is not changed here, so RETURNING
     j.worker_id is the owner whose lease ran out.
     """
-    expired = (
-        Job.objects.expired()
-        .filter(_filter_only("queue = ANY(%s)", [list(queues)]))
-        .order_by("lease_expires_at")
-        .values("id")
-        .select_for_update(skip_locked=True)[:RESCUE_BATCH]
-    )
+    found = Job.objects.expired()
+    if queues:  # none: every queue (the maintenance leader's rescue, for the whole fleet)
+        found = found.filter(_filter_only("queue = ANY(%s)", [list(queues)]))
+    expired = found.order_by("lease_expires_at").values("id").select_for_update(skip_locked=True)[:RESCUE_BATCH]
     with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         expired_sql, expired_params = _sql(expired)
     return (

@@ -176,3 +176,20 @@ class QueueDashboard(Job):
         verbose_name = "queue dashboard"
         verbose_name_plural = "queue dashboard"
         default_permissions = ()
+
+
+class Leader(models.Model):
+    """Who holds a fleet-wide duty (the maintenance of the queue) until when, under which token.
+
+    One row per duty. A worker holds it by renewing before `expires_at`; when it stops renewing
+    (it died, it was paused), any worker may take it over with a new token, so a late renewal
+    by the old holder finds the token changed and changes nothing (reliableq.leadership).
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=200)  # the worker id
+    token = models.UUIDField()
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder} until {self.expires_at}"

@@ -341,8 +341,19 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     return job
 
 
-def prune(*, older_than: dt.timedelta, batch_size: int = 1000, progress: Callable[[int], None] | None = None) -> int:
-    """Delete finished jobs (and, by cascade, their attempts) in batches; return how many."""
+def prune(
+    *,
+    older_than: dt.timedelta,
+    batch_size: int = 1000,
+    progress: Callable[[int], None] | None = None,
+    statuses: Sequence[str] = FINISHED,
+    max_batches: int | None = None,
+) -> int:
+    """Delete finished jobs (and, by cascade, their attempts) in batches; return how many.
+
+    Each batch is its own short transaction (no long locks); with `max_batches`, stop after that
+    many even if more are old enough (the maintenance leader's retention, a bounded share per round).
+    """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
     total = 0
@@ -356,10 +367,13 @@ def prune(*, older_than: dt.timedelta, batch_size: int = 1000, progress: Callabl
          LIMIT %s
            FOR UPDATE SKIP LOCKED
     """
-    params = ([str(s) for s in FINISHED], older_than.total_seconds(), batch_size)
+    if not set(statuses) <= set(FINISHED):
+        raise ValueError(f"Only finished jobs can be pruned, not {sorted(set(statuses) - set(FINISHED))}.")
+    params = ([str(s) for s in statuses], older_than.total_seconds(), batch_size)
     # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
     # cheaper, for every batch; check once per run, and analyze if so (see reliableq.planguard).
     planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
+    batches = 0
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:
@@ -388,10 +402,25 @@ def prune(*, older_than: dt.timedelta, batch_size: int = 1000, progress: Callabl
                 )
                 deleted = cursor.rowcount
         total += deleted
+        batches += 1
         if progress is not None:
             progress(deleted)
-        if deleted < batch_size:
+        if deleted < batch_size or (max_batches is not None and batches >= max_batches):
             return total
+
+
+def retain() -> dict[str, int]:
+    """Delete finished jobs past RETENTION_SECONDS for their status, at most one batch per status.
+
+    The maintenance leader calls this every retention interval, so a backlog of old rows is
+    cleared over a few rounds without one long delete; `prunejobs` stays for manual use.
+    """
+    deleted = {}
+    for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
+        if seconds is None:
+            continue  # kept forever
+        deleted[status] = prune(older_than=dt.timedelta(seconds=float(seconds)), statuses=[status], max_batches=1)
+    return deleted
 
 
 def has_work(queues: list[str] | tuple[str, ...]) -> bool:

@@ -7,6 +7,7 @@ environment as RELIABLEQ_<KEY>, which is how the tests and the demo tune leases 
 
 from __future__ import annotations
 
+import json
 import os
 from importlib.util import find_spec
 from pathlib import Path
@@ -121,6 +122,8 @@ def _from_env(key: str, default: Any) -> Any:
         return raw
     if isinstance(default, bool):
         return raw.lower() in ("1", "true", "yes", "on")
+    if isinstance(default, dict):
+        return json.loads(raw)  # RELIABLEQ_RETENTION_SECONDS='{"SUCCEEDED": 60}'
     return type(default)(raw)
 
 

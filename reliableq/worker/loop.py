@@ -49,6 +49,7 @@ class WorkerConfig:
     burst: bool = False
     listen: bool = True  # LISTEN for enqueue notifications (polling stays the safety net)
     schedule_seconds: float = 5.0  # how often to make sure the next cron slots have their jobs
+    retention_seconds: float = 60.0  # how often the maintenance leader deletes a batch of old jobs
     # When a handler that ran shorter than linger_seconds reports, keep collecting the others'
     # results while they arrive less than linger_gap_seconds apart (for linger_seconds at most):
     # short jobs claimed together finish together, and are then finalized by one statement and
@@ -127,8 +128,12 @@ class Worker:
         self.completer = Completer(self.store, self.ledger, pool)
         maintenance = Maintenance(
             self.store,
+            worker_id=c.worker_id,
+            queues=c.queues,
+            lease_seconds=c.lease_seconds,
             rescue_seconds=c.poll_seconds,
             schedule_seconds=c.schedule_seconds,
+            retention_seconds=c.retention_seconds,
             has_crons=bool(registry.crons()),
         )
         heartbeat = Heartbeat(
@@ -150,6 +155,10 @@ class Worker:
         try:
             return self._loop(pool, maintenance)
         finally:
+            try:
+                maintenance.resign()
+            except (DatabaseError, InterfaceError) as exc:  # the lease then runs out on its own
+                logger.warning("could not resign the maintenance lease: %s", exc)
             heartbeat.stop()
             if listener is not None:
                 listener.stop()
@@ -204,14 +213,11 @@ class Worker:
         self._short_result = False
         if self._stopping:
             return False
-        now = time.monotonic()
-        maintenance.tick(now)
+        maintenance.tick(time.monotonic())
         if pool.free <= 0:
             return False  # a completion will wake us
-        rescue = maintenance.rescue_due(now)
-        idle = self.producer.produce(rescue=rescue)
-        if rescue:
-            maintenance.rescued(now)
+        # Expired leases are taken back by the maintenance leader, once for the fleet.
+        idle = self.producer.produce(rescue=False)
         return idle
 
     def _wait(self, seconds: float) -> None:

@@ -1,37 +1,89 @@
-"""The worker's periodic duties besides claiming: taking back expired leases and scheduling cron slots.
+"""The fleet's maintenance, done by one elected worker: rescue of expired leases, cron slots, retention.
 
-Each runs at most once per interval in this process. (The storage issue's elected maintenance
-leader will run them once for the whole fleet; this is the one place that decides when.)
+Every worker runs this service; one of them holds the `maintenance` lease (reliableq.leadership)
+and does the duties, the others only try now and then to take the lease over. The holder renews
+it every third of its length; if it dies or is paused, its lease runs out and the next worker to
+try takes the duties over under a new token, within one lease. So a fleet of fifty workers
+sends one rescue per interval, not fifty, and one worker schedules cron slots and deletes old jobs.
+
+None of the duties needs the lease for safety (a rescue takes only expired leases, under SKIP
+LOCKED; a cron slot is one job by its unique key; retention deletes finished rows): two holders for
+a moment, as when a paused leader wakes, do the same work twice, never different work.
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 from .store import Store
+
+logger = logging.getLogger("reliableq.worker")
+
+DUTY = "maintenance"
 
 
 class Maintenance:
-    def __init__(self, store: Store, *, rescue_seconds: float, schedule_seconds: float, has_crons: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        worker_id: str,
+        queues: tuple[str, ...],
+        lease_seconds: float,
+        rescue_seconds: float,
+        schedule_seconds: float,
+        retention_seconds: float,
+        has_crons: bool,
+    ) -> None:
         self._store = store
-        self._rescue_seconds = rescue_seconds
-        self._schedule_seconds = schedule_seconds
+        self._worker_id = worker_id
+        self._queues = queues
+        self._lease_seconds = lease_seconds
+        self._intervals = {"rescue": rescue_seconds, "schedule": schedule_seconds, "retain": retention_seconds}
         self._has_crons = has_crons
-        self._next_rescue = 0.0
-        self._next_schedule = 0.0
+        self._token: uuid.UUID | None = None
+        self._next_lead = 0.0
+        self._next: dict[str, float] = {}
 
-    def rescue_due(self, now: float) -> bool:
-        """Whether the next claim should also take back expired leases.
-
-        At most once per interval (and on every idle poll): recovery still takes at most the
-        lease plus one interval, and a busy worker's claims stay single statements.
-        """
-        return now >= self._next_rescue
-
-    def rescued(self, now: float) -> None:
-        self._next_rescue = now + self._rescue_seconds
+    @property
+    def leading(self) -> bool:
+        return self._token is not None
 
     def tick(self, now: float) -> None:
-        """Every schedule interval, make sure each cron kind's next slot has its job."""
-        if not self._has_crons or now < self._next_schedule:
+        """Keep or try for the lease (every third of it), and, while holding it, do what is due."""
+        if now >= self._next_lead:
+            self._lead()
+            self._next_lead = now + self._lease_seconds / 3.0
+        if not self.leading:
             return
-        self._next_schedule = now + self._schedule_seconds
-        self._store.schedule_cron()
+        if self._due("rescue", now):
+            self._store.guard_claims(self._queues)
+            self._store.rescue()
+        if self._has_crons and self._due("schedule", now):
+            self._store.schedule_cron()
+        if self._due("retain", now):
+            deleted = self._store.retain()
+            if any(deleted.values()):
+                logger.info("retention deleted %s", ", ".join(f"{n} {s}" for s, n in deleted.items() if n))
+
+    def resign(self) -> None:
+        """Hand the lease back at once (a clean shutdown), so the next worker need not wait it out."""
+        if self._token is not None and self._store.resign(DUTY, token=self._token):
+            logger.info("worker %s resigned as the maintenance leader", self._worker_id)
+        self._token = None
+
+    def _lead(self) -> None:
+        token = self._store.lead(DUTY, holder=self._worker_id, seconds=self._lease_seconds, token=self._token)
+        if token is not None and self._token is None:
+            logger.info("worker %s is the maintenance leader (rescue, cron, retention)", self._worker_id)
+            self._next = {}  # a new leader does each duty at once
+        elif token is None and self._token is not None:
+            logger.warning("worker %s lost the maintenance lease; another worker holds it", self._worker_id)
+        self._token = token
+
+    def _due(self, duty: str, now: float) -> bool:
+        if now < self._next.get(duty, 0.0):
+            return False
+        self._next[duty] = now + self._intervals[duty]
+        return True

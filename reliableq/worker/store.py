@@ -13,7 +13,7 @@ from typing import Protocol
 
 from django.db import connection
 
-from .. import leases, scheduler, services
+from .. import leadership, leases, scheduler, services
 from ..leases import ClaimedJob, Finish, FinishResult, Rescued
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
@@ -42,6 +42,17 @@ class Store(Protocol):
     def has_work(self, queues: Sequence[str]) -> bool: ...
 
     def schedule_cron(self) -> None: ...
+
+    def lead(self, name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None: ...
+
+    def resign(self, name: str, *, token: uuid.UUID) -> bool: ...
+
+    def rescue(self) -> list[Rescued]: ...
+
+    def retain(self) -> dict[str, int]: ...
+
+    def guard_claims(self, queues: Sequence[str]) -> None:
+        """Analyze the job table if stale statistics would send a claim of these queues off its index."""
 
     def reset(self) -> None:
         """Drop this thread's connection after an error; the next call opens a fresh one."""
@@ -81,6 +92,21 @@ class DatabaseStore:
 
     def schedule_cron(self) -> None:
         scheduler.schedule_next()
+
+    def lead(self, name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
+        return leadership.lead(name, holder=holder, seconds=seconds, token=token)
+
+    def resign(self, name: str, *, token: uuid.UUID) -> bool:
+        return leadership.resign(name, token=token)
+
+    def rescue(self) -> list[Rescued]:
+        return leases.rescue()
+
+    def retain(self) -> dict[str, int]:
+        return services.retain()
+
+    def guard_claims(self, queues: Sequence[str]) -> None:
+        leases.guard_claims(queues)
 
     def reset(self) -> None:
         connection.close()

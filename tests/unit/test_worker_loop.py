@@ -138,6 +138,21 @@ class FakeStore:
     def schedule_cron(self) -> None:
         pass
 
+    def lead(self, name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
+        return token or uuid.uuid4()  # the only worker: always the leader
+
+    def resign(self, name: str, *, token: uuid.UUID) -> bool:
+        return True
+
+    def rescue(self) -> list[Rescued]:
+        return []
+
+    def retain(self) -> dict[str, int]:
+        return {}
+
+    def guard_claims(self, queues: Sequence[str]) -> None:
+        pass
+
     def reset(self) -> None:
         pass
 

@@ -77,6 +77,7 @@ class Command(BaseCommand):
             poll_seconds=float(reliableq_settings.POLL_SECONDS),
             listen=bool(reliableq_settings.LISTEN_NOTIFY),
             schedule_seconds=float(reliableq_settings.SCHEDULE_SECONDS),
+            retention_seconds=float(reliableq_settings.RETENTION_INTERVAL_SECONDS),
             worker_id=worker_id,
             burst=options["burst"],
         )

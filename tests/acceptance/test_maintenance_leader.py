@@ -1,0 +1,70 @@
+"""Maintenance is done by one elected worker: rescue, cron and retention; SIGKILL the leader and
+another worker takes the duties over within one lease (of LEASE_SECONDS), and rescues its jobs."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+import reliableq
+from reliableq.models import Job, JobStatus, Leader, Outcome
+from tests.support import wait_until
+
+from .helpers import attempts, owner_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LEADS = "is the maintenance leader"
+LEASE = 2.0  # worker_env's RELIABLEQ_LEASE_SECONDS
+
+
+def test_one_worker_of_a_fleet_leads_and_a_killed_leader_is_replaced_within_one_lease(spawn_worker):
+    first = spawn_worker()
+    first.wait_for_output(LEADS, timeout=30)
+    job = reliableq.enqueue("test.sleep", {"seconds": 60})
+    wait_until(owner_of(job.id), timeout=30, what="the leader to take the long job")
+    others = [spawn_worker(), spawn_worker()]
+    for worker in others:
+        worker.wait_for_output(" started: ", timeout=30)
+    time.sleep(LEASE)  # long enough for a second leader to appear if the lease let one
+    assert [LEADS in w.output() for w in others] == [False, False], "one leader for the fleet"
+    assert Leader.objects.get().holder == "w1"
+
+    first.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_until(lambda: any(LEADS in w.output() for w in others), timeout=30, what="a new leader")
+    took_over = time.monotonic() - killed_at
+    # Its rescue brings the killed leader's job back; another worker runs it again.
+    wait_until(lambda: owner_of(job.id)() in ("w2", "w3"), timeout=30, what="the job taken back")
+    history = attempts(job.id)
+    assert [a.outcome for a in history] == [Outcome.LEASE_EXPIRED, Outcome.RUNNING]
+    assert sum(LEADS in w.output() for w in others) == 1, "exactly one successor"
+    # The lease runs out at most LEASE after the leader's last renewal (every LEASE/3); the
+    # successors try for it every LEASE/3 too. Slack for a loaded machine.
+    assert took_over <= LEASE + LEASE / 3 + 2.0, took_over
+
+
+def test_a_clean_shutdown_hands_the_lease_over_at_once(spawn_worker):
+    first = spawn_worker()
+    first.wait_for_output(LEADS, timeout=30)
+    second = spawn_worker("--worker-id", "second")
+    second.wait_for_output(" started: ", timeout=30)
+    first.signal(signal.SIGTERM)
+    assert first.wait(timeout=30) == 0
+    assert "resigned as the maintenance leader" in first.output()
+    second.wait_for_output(LEADS, timeout=10)
+
+
+def test_the_leader_deletes_finished_jobs_past_their_retention(spawn_worker):
+    old = reliableq.enqueue("demo.noop", {})
+    keep = reliableq.enqueue("demo.noop", {})
+    worker = spawn_worker(
+        env={"RELIABLEQ_RETENTION_SECONDS": '{"SUCCEEDED": 2}', "RELIABLEQ_RETENTION_INTERVAL_SECONDS": "0.5"}
+    )
+    wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 2, timeout=30, what="both run")
+    Job.objects.filter(pk=keep.pk).update(status=JobStatus.DEAD)  # DEAD: not in this retention setting
+    wait_until(lambda: not Job.objects.filter(pk=old.pk).exists(), timeout=30, what="retention to delete it")
+    assert Job.objects.filter(pk=keep.pk).exists()
+    assert "retention deleted 1 SUCCEEDED" in worker.output()

@@ -1,0 +1,81 @@
+"""The maintenance service in-process: only the lease holder does the duties, each once per its
+interval; a worker that loses the lease stops; a new leader does each duty at once."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from reliableq.worker.maintenance import Maintenance
+
+
+class SharedLease:
+    """A leadership table in memory: one holder, taken over only when released or expired."""
+
+    def __init__(self) -> None:
+        self.holder: str | None = None
+        self.token: uuid.UUID | None = None
+
+
+class Store:
+    def __init__(self, lease: SharedLease, name: str) -> None:
+        self.lease, self.name, self.calls = lease, name, Counter[str]()
+
+    def lead(self, duty: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
+        if self.lease.holder in (None, holder) and (token is None or token == self.lease.token):
+            if self.lease.holder is None:
+                self.lease.holder, self.lease.token = holder, uuid.uuid4()
+            return self.lease.token
+        return None
+
+    def resign(self, duty: str, *, token: uuid.UUID) -> bool:
+        if token == self.lease.token:
+            self.lease.holder = self.lease.token = None
+            return True
+        return False
+
+    def rescue(self) -> list[Any]:
+        self.calls["rescue"] += 1
+        return []
+
+    def schedule_cron(self) -> None:
+        self.calls["schedule"] += 1
+
+    def retain(self) -> dict[str, int]:
+        self.calls["retain"] += 1
+        return {}
+
+    def guard_claims(self, queues: Sequence[str]) -> None:
+        self.calls["guard"] += 1
+
+
+def service(store: Store, worker_id: str) -> Maintenance:
+    return Maintenance(store, worker_id=worker_id, queues=("default",), lease_seconds=3.0, rescue_seconds=1.0,
+                       schedule_seconds=5.0, retention_seconds=60.0, has_crons=True)  # fmt: skip
+
+
+def test_of_many_workers_only_the_leader_rescues_schedules_and_retains():
+    lease = SharedLease()
+    stores = [Store(lease, f"w{n}") for n in range(50)]
+    services = [service(store, store.name) for store in stores]
+    for second in range(10):
+        for svc in services:
+            svc.tick(float(second))
+    assert [s.leading for s in services].count(True) == 1
+    leader = stores[0]
+    assert leader.calls == Counter(rescue=10, guard=10, schedule=2, retain=1)
+    assert all(not s.calls for s in stores[1:]), "the other 49 sent no maintenance statement"
+
+
+def test_after_the_leader_resigns_another_worker_takes_the_duties_and_does_each_at_once():
+    lease = SharedLease()
+    a, b = Store(lease, "a"), Store(lease, "b")
+    first, second = service(a, "a"), service(b, "b")
+    first.tick(0.0)
+    second.tick(0.0)
+    first.resign()
+    second.tick(1.0)  # its next try for the lease is due (every lease/3 = 1 s)
+    assert second.leading and not first.leading
+    assert b.calls == Counter(rescue=1, guard=1, schedule=1, retain=1)
