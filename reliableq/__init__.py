@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidJob, PermanentError, ReliableQError, TransientError, UnknownKind
+from .errors import Cancelled, InvalidJob, PermanentError, ReliableQError, Snooze, TransientError, UnknownKind
 from .registry import handler
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ __all__ = [
     "ReliableQError",
     "PermanentError",
     "TransientError",
+    "Snooze",
+    "Cancelled",
     "UnknownKind",
     "InvalidJob",
 ]

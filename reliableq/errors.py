@@ -21,6 +21,31 @@ class TransientError(ReliableQError):
     """The job may succeed later: retry it with backoff while budget remains."""
 
 
+class Snooze(ReliableQError):
+    """Not now: put the job back to PENDING in `seconds`, spending no attempt (outcome SNOOZED).
+
+    The attempt is given back by adding one to the job's max_attempts, so its budget for
+    failures is unchanged. After RELIABLEQ["MAX_SNOOZES"] snoozes a Snooze counts as a failure.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            raise TypeError("Snooze takes a number of seconds.") from None
+        if not 0 <= seconds <= 366 * 86400:
+            raise ValueError("Snooze seconds must be between 0 and a year.")
+        self.seconds = seconds
+        super().__init__(f"snoozed for {seconds:g}s")
+
+
+class Cancelled(ReliableQError):
+    """The handler stopped because it was asked to (job.cancel_requested): the job ends CANCELLED."""
+
+    def __init__(self, message: str = "cancelled on request") -> None:
+        super().__init__(message)
+
+
 class UnknownKind(ReliableQError, LookupError):
     """No handler is registered for this kind."""
 
@@ -40,7 +65,7 @@ class NotSubmittable(ReliableQError):
 class WrongStatus(ReliableQError):
     """The job is not in the status this operation needs."""
 
-    def __init__(self, job: Any, needed: str) -> None:
+    def __init__(self, job: Any, needed: str, message: str | None = None) -> None:
         self.job = job
         self.needed = needed
-        super().__init__(f"Job {job.id} is {job.status}; this needs a {needed} job.")
+        super().__init__(message or f"Job {job.id} is {job.status}; this needs a {needed} job.")

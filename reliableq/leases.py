@@ -26,6 +26,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,13 +38,18 @@ from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from . import faults, planguard
-from .models import Attempt, Job, JobStatus, ReturnValue
+from .models import Attempt, Job, JobStatus, QueueState, RateWindow, ReturnValue
+from .registry import Limits, Rate
 
 logger = logging.getLogger("reliableq.leases")
 
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 RETURN_VALUE = ReturnValue._meta.db_table
+QUEUE = QueueState._meta.db_table
+RATE = RateWindow._meta.db_table
+RATE_BUCKETS = 20  # a rate window is counted in this many buckets (see RateWindow)
+KEY_CANDIDATES = 4  # a per-key claim looks at this many due rows per free slot, past saturated keys
 RESCUE_BATCH = 100
 DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read
 # The owner's fence, status half: checked on every row, like `status = 'RUNNING'`, but never used
@@ -64,6 +71,15 @@ class ClaimedJob:
     max_attempts: int
     lease_token: uuid.UUID
     worker_id: str
+    snoozes: int = 0
+    concurrency_key: str | None = None
+    # Set by the heartbeat when its renewal finds that an operator asked to cancel this job.
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once an operator asked to cancel this running job (learned at a lease renewal)."""
+        return self.cancel.is_set()
 
     @property
     def idempotency_key(self) -> str:
@@ -77,7 +93,9 @@ class Finish:
 
     job_id: uuid.UUID
     lease_token: uuid.UUID
-    status: str  # SUCCEEDED, PENDING (retry) or DEAD
+    # SUCCEEDED, PENDING (a retry or a snooze), DEAD or CANCELLED. A retry or a snooze of a job an
+    # operator asked to cancel ends CANCELLED instead, decided in the finish statement.
+    status: str
     outcome: str
     error: str = ""
     delay: float = 0.0
@@ -141,33 +159,143 @@ def claim(
     limit: int,
     lease_seconds: float,
     caps: Mapping[str, int] | None = None,
+    limits: Mapping[str, Limits] | None = None,
     rescue: bool = True,
 ) -> tuple[list[ClaimedJob], list[Rescued]]:
     """Take up to `limit` due jobs, best priority first, and open an attempt for each.
 
     One short transaction. Its row locks are held only for these statements; the caller
-    runs handlers after the commit, so no network call ever happens under them. `caps`
-    maps kinds to their fleet-wide max_running; those kinds are claimed under a lock.
-    With `rescue`, expired leases are taken back first, in the same transaction; a worker
-    passes rescue=False between its periodic rescues, and then, with no capped kinds, the
-    claim is a single statement sent in autocommit: one round trip, no BEGIN or COMMIT.
+    runs handlers after the commit, so no network call ever happens under them. `limits`
+    maps kinds to what their claims must respect (max_running, max_running_per_key,
+    rate_limit; `caps` is the max_running-only form); those kinds are claimed after the
+    others, each under its own locks (_take_limited). With `rescue`, expired leases are taken
+    back first, in the same transaction; without rescue and limits, the claim is a single
+    statement sent in autocommit: one round trip, no BEGIN or COMMIT. Paused queues give nothing.
     """
     if limit < 1:
         return [], []
-    caps = dict(caps or {})
+    controlled = {kind: Limits(max_running=cap) for kind, cap in (caps or {}).items()}
+    controlled.update(limits or {})
     queues = tuple(queues)
     if rescue:
         guard_claims(queues, limit)
-    if not rescue and not caps:
+    if not rescue and not controlled:
         return _take(queues, limit, worker_id, lease_seconds), []
     with transaction.atomic():
         rescued = _rescue_expired(queues) if rescue else []
-        jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(caps)))
-        for kind, cap in sorted(caps.items()):
-            room = min(limit - len(jobs), _room_for(kind, cap))
-            if room > 0:
-                jobs += _take(queues, room, worker_id, lease_seconds, kind=kind)
+        jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)))
+        # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
+        # rate window, its keys by hash): two claimers never wait for each other in a cycle.
+        for kind, kind_limits in sorted(controlled.items()):
+            room = limit - len(jobs)
+            if room <= 0:
+                break
+            jobs += _take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
     return jobs, rescued
+
+
+def _take_limited(
+    queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, limits: Limits
+) -> list[ClaimedJob]:
+    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it."""
+    if limits.max_running:
+        room = min(room, _room_for(kind, limits.max_running))
+    window = _RateWindow.lock(kind, limits.rate) if limits.rate else None
+    if window is not None:
+        room = min(room, window.room)
+    if room <= 0:
+        return []
+    if limits.per_key:
+        jobs, started = _take_ids(_pick_per_key(queues, room, kind, limits.per_key), worker_id, lease_seconds)
+    else:
+        jobs, started = _claim(_take_sql(queues, room, (), kind), worker_id, lease_seconds)
+    if window is not None and jobs:
+        window.record(len(jobs), started)
+    return jobs
+
+
+@dataclass(slots=True)
+class _RateWindow:
+    """A rate-limited kind's window, locked for this claim transaction (see models.RateWindow)."""
+
+    kind: str
+    rate: Rate
+    buckets: list[int]
+    counts: list[int]
+    room: int
+
+    def bucket(self, moment: Any) -> int:
+        return math.floor(moment.timestamp() * RATE_BUCKETS / self.rate.seconds)
+
+    @classmethod
+    def lock(cls, kind: str, rate: Rate) -> _RateWindow:
+        """Lock the kind's row (made on first use) and count the starts in the window ending now."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                INSERT INTO {RATE} (kind, buckets, counts) VALUES (%s, '{{}}', '{{}}')
+                ON CONFLICT (kind) DO UPDATE SET kind = EXCLUDED.kind
+                RETURNING buckets, counts, statement_timestamp()
+                """,
+                [kind],
+            )
+            buckets, counts, now = cursor.fetchone()
+        window = cls(kind, rate, list(buckets), list(counts), 0)
+        # Every bucket that overlaps (now - window, now], a partial one counted whole: never fewer
+        # starts than the window holds, so never more room than it has.
+        oldest = window.bucket(now) - RATE_BUCKETS
+        window.room = rate.count - sum(c for b, c in zip(window.buckets, window.counts, strict=True) if b >= oldest)
+        return window
+
+    def record(self, started: int, at: Any) -> None:
+        """Add `started` starts at database time `at` and forget buckets older than any window."""
+        now = self.bucket(at)
+        kept = {b: c for b, c in zip(self.buckets, self.counts, strict=True) if b >= now - RATE_BUCKETS}
+        kept[now] = kept.get(now, 0) + started
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {RATE} SET buckets = %s, counts = %s WHERE kind = %s",
+                [list(kept), list(kept.values()), self.kind],
+            )
+
+
+def _pick_per_key(queues: tuple[str, ...], room: int, kind: str, per_key: int) -> list[uuid.UUID]:
+    """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left.
+
+    The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
+    backlog never blocks other keys); then each key's advisory lock is taken, in hash order, and
+    its RUNNING rows counted after the lock: a claimer that took the key's last slot has
+    committed by then, so two claimers never both fill it. Rows picked but not kept stay
+    PENDING, locked only until this transaction ends.
+    """
+    sql, params = _picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        candidates = cursor.fetchall()  # (id, concurrency_key), best first
+        keys = sorted({key for _, key in candidates if key is not None})
+        running: dict[str, int] = {}
+        if keys:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(hashtext(%s), hashtext(k)))"
+                " FROM (SELECT k FROM unnest(%s::text[]) AS k ORDER BY hashtext(k), k OFFSET 0) AS keys",
+                [f"reliableq:key:{kind}", keys],
+            )
+            cursor.execute(
+                f"SELECT concurrency_key, count(*) FROM {JOB} WHERE status = 'RUNNING' AND kind = %s"
+                " AND concurrency_key = ANY(%s) GROUP BY concurrency_key",
+                [kind, keys],
+            )
+            running = dict(cursor.fetchall())
+    kept: list[uuid.UUID] = []
+    for job_id, key in candidates:
+        if len(kept) >= room:
+            break
+        if key is not None:
+            if running.get(key, 0) >= per_key:
+                continue
+            running[key] = running.get(key, 0) + 1
+        kept.append(job_id)
+    return kept
 
 
 def guard_claims(queues: Sequence[str], limit: int = 10) -> None:
@@ -199,21 +327,16 @@ def _room_for(kind: str, cap: int) -> int:
     return cap - running
 
 
-@functools.lru_cache(maxsize=1024)
-def _take_sql(
-    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None
-) -> tuple[str, tuple[Any, ...]]:
-    """The claim statement for these queues and this limit, compiled by the ORM once and then reused.
+def _claim_sql(picked_sql: str) -> str:
+    """The claim statement around a pick (a query of due, locked job ids): mark RUNNING, open attempts.
 
-    Time is in the SQL (STATEMENT_TIMESTAMP(), now()), never in the parameters, so a cached
+    Time is in the SQL (statement_timestamp(), now()), never in the parameters, so a cached
     statement is as fresh as a new one.
     """
-    picked_sql, picked_params = _picked_sql(queues, limit, exclude, kind)
-    # statement_timestamp(), not now(), for the lease and the attempt's start: a claim of a capped
-    # kind may have waited for the kind's lock while another attempt finished; its attempt starts
+    # statement_timestamp(), not now(), for the lease and the attempt's start: a claim of a limited
+    # kind may have waited for the kind's locks while another attempt finished; its attempt starts
     # after that wait. (No SQL comments in the statement: bench.ceilings sends it as one line.)
-    return (
-        f"""
+    return f"""
             WITH picked AS MATERIALIZED ({picked_sql}),
             claimed AS (
                 UPDATE {JOB} j
@@ -225,23 +348,57 @@ def _take_sql(
                        updated_at = statement_timestamp()
                  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
-                       j.max_attempts, j.lease_token, j.run_at
+                       j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key
             ),
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
                 SELECT id, attempts, %s, lease_token, statement_timestamp(), 'RUNNING', '' FROM claimed
             )
-            SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token
+            SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes,
+                   concurrency_key, statement_timestamp()
               FROM claimed
              ORDER BY priority, run_at
-            """,
-        picked_params,
+            """
+
+
+@functools.lru_cache(maxsize=1024)
+def _take_sql(
+    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The claim statement for these queues and this limit, compiled by the ORM once and then reused."""
+    picked_sql, picked_params = _picked_sql(queues, limit, exclude, kind)
+    return _claim_sql(picked_sql), picked_params
+
+
+# Rows already picked and locked by this transaction (a per-key claim), claimed by id.
+_TAKE_IDS_SQL = _claim_sql("SELECT id FROM unnest(%s::uuid[]) AS picked(id)")
+
+
+def _paused(queue: str) -> RawSQL:
+    """True while `queue` is paused, by database time. It names no row of the job table, so the
+    planner checks it once per statement (a one-time filter), not once per row."""
+    return RawSQL(
+        f"EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = %s AND q.paused_at IS NOT NULL"
+        " AND (q.paused_until IS NULL OR q.paused_until > now()))",
+        (queue,),
+        output_field=BooleanField(),
+    )
+
+
+def _key_saturated(per_key: int) -> RawSQL:
+    """True for a row whose concurrency_key already has `per_key` RUNNING jobs of its kind (a hint:
+    read without the key's lock; _pick_per_key decides under it)."""
+    return RawSQL(
+        f"""(SELECT count(*) FROM (SELECT 1 FROM {JOB} r WHERE r.status = 'RUNNING'
+              AND r.kind = {JOB}.kind AND r.concurrency_key = {JOB}.concurrency_key LIMIT %s) AS running) >= %s""",
+        (per_key, per_key),
+        output_field=BooleanField(),
     )
 
 
 @functools.lru_cache(maxsize=1024)
 def _picked_sql(
-    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None
+    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None, per_key: int | None = None
 ) -> tuple[str, tuple[Any, ...]]:
     """Lock the best `limit` due rows of these queues: ids only, each queue read in due-index order.
 
@@ -252,26 +409,59 @@ def _picked_sql(
     bounded index scan each) and the best `limit` of those are kept: the same rows, since the
     global best `limit` are among each queue's best `limit`. The rows a queue gave but that were
     not kept stay locked, unchanged, until this claim commits; other claimers skip them meanwhile.
+    A paused queue's arm gives nothing. With `per_key`, rows whose concurrency_key is saturated
+    are passed over, and each row's key comes with its id.
     """
     if not queues:
         raise ValueError("A claim needs at least one queue.")
+    columns = ["id", "priority", "run_at"] + (["concurrency_key"] if per_key else [])
     arms = []
     for queue in dict.fromkeys(queues):
-        due = Job.objects.due().filter(queue=queue)
+        due = Job.objects.due().filter(queue=queue).exclude(_paused(queue))
         if exclude:
             due = due.exclude(kind__in=list(exclude))
         if kind is not None:
             due = due.filter(_filter_only("kind = %s", [kind]))
-        ordered = due.order_by("priority", "run_at").values("id", "priority", "run_at")
+        if per_key:
+            due = due.exclude(_key_saturated(per_key))
+        ordered = due.order_by("priority", "run_at").values(*columns)
         arms.append(ordered.select_for_update(skip_locked=True)[:limit])
     with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         compiled = [_sql(arm) for arm in arms]
+    picked = "id, concurrency_key" if per_key else "id"
     if len(compiled) == 1:
         [(sql, params)] = compiled
-        return f"SELECT id FROM ({sql}) AS due", params
+        return f"SELECT {picked} FROM ({sql}) AS due", params
     union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(compiled))
     params = tuple(p for _, arm_params in compiled for p in arm_params)
-    return f"SELECT id FROM ({union}) AS due ORDER BY priority, run_at LIMIT {int(limit)}", params
+    return f"SELECT {picked} FROM ({union}) AS due ORDER BY priority, run_at LIMIT {int(limit)}", params
+
+
+def _claim(
+    statement: tuple[str, tuple[Any, ...]], worker_id: str, lease_seconds: float
+) -> tuple[list[ClaimedJob], Any]:
+    """Run a claim statement; return the jobs it took and its database time (None if it took none)."""
+    sql, picked_params = statement
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
+        rows = cursor.fetchall()
+    jobs = [
+        ClaimedJob(
+            id=row[0],
+            kind=row[1],
+            queue=row[2],
+            priority=row[3],
+            payload=_payload(row[4]),
+            attempt=row[5],
+            max_attempts=row[6],
+            lease_token=row[7],
+            worker_id=worker_id,
+            snoozes=row[8],
+            concurrency_key=row[9],
+        )
+        for row in rows
+    ]
+    return jobs, rows[0][10] if rows else None
 
 
 def _take(
@@ -284,24 +474,15 @@ def _take(
     kind: str | None = None,
 ) -> list[ClaimedJob]:
     """Lock up to `limit` due rows (skipping rows others hold), mark them RUNNING, open attempts."""
-    sql, picked_params = _take_sql(queues, limit, exclude, kind)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
-        rows = cursor.fetchall()
-    return [
-        ClaimedJob(
-            id=row[0],
-            kind=row[1],
-            queue=row[2],
-            priority=row[3],
-            payload=_payload(row[4]),
-            attempt=row[5],
-            max_attempts=row[6],
-            lease_token=row[7],
-            worker_id=worker_id,
-        )
-        for row in rows
-    ]
+    jobs, _ = _claim(_take_sql(queues, limit, exclude, kind), worker_id, lease_seconds)
+    return jobs
+
+
+def _take_ids(ids: list[uuid.UUID], worker_id: str, lease_seconds: float) -> tuple[list[ClaimedJob], Any]:
+    """Claim rows this transaction has picked and locked already."""
+    if not ids:
+        return [], None
+    return _claim((_TAKE_IDS_SQL, (ids,)), worker_id, lease_seconds)
 
 
 def rescue() -> list[Rescued]:
@@ -326,12 +507,13 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
         cursor.execute(sql, params)
         rescued = [Rescued(*row) for row in cursor.fetchall()]
     for r in rescued:
+        fate: dict[str, str] = {JobStatus.DEAD: "buried: no attempts left", JobStatus.CANCELLED: "cancelled on request"}
         logger.warning(
             "job=%s attempt=%s lease expired (worker %s); %s",
             r.job_id,
             r.attempt,
             r.previous_worker,
-            "buried: no attempts left" if r.status == JobStatus.DEAD else "requeued",
+            fate.get(r.status, "requeued"),
         )
     return rescued
 
@@ -363,15 +545,19 @@ def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
                  WHERE a.id = ANY({_attempts_of("expired", "o.outcome = 'RUNNING'")}) AND a.outcome = 'RUNNING'
             )
             UPDATE {JOB} j
-               SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
-                   run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at ELSE now() END,
-                   finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+               SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'CANCELLED'
+                                 WHEN j.attempts >= j.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+                   run_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
+                                 THEN j.run_at ELSE now() END,
+                   finished_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
+                                      THEN now() END,
                    lease_token = NULL,
                    lease_expires_at = NULL,
                    last_error = format(
                        'lease of attempt %%s/%%s expired: worker %%s stopped renewing it%%s',
                        j.attempts, j.max_attempts, j.worker_id,
-                       CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
+                       CASE WHEN j.cancel_requested_at IS NOT NULL THEN '; cancelled on request'
+                            WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
                    updated_at = now()
              WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
          RETURNING j.id, j.attempts, j.status, j.worker_id
@@ -380,11 +566,16 @@ def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
     )
 
 
-def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> set[uuid.UUID]:
-    """Extend every lease this process holds in one statement; return the job ids still owned."""
+def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
+    """Extend every lease this process holds in one statement.
+
+    Returns the job ids still owned, each with whether an operator asked to cancel it: the
+    worker learns of a cancel request by the renewal it makes anyway (every LEASE_SECONDS/3),
+    with no connection of its own, so it works through a transaction pooler too.
+    """
     leases = list(leases)
     if not leases:
-        return set()
+        return {}
     ids, tokens = zip(*leases, strict=True)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -394,11 +585,11 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
               FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
              WHERE j.id = ANY(%s::uuid[]) AND {_RUNNING}
                AND j.id = held.id AND j.lease_token = held.token
-         RETURNING j.id
+         RETURNING j.id, j.cancel_requested_at IS NOT NULL
             """,
             (float(lease_seconds), list(ids), list(tokens), list(ids)),
         )
-        return {row[0] for row in cursor.fetchall()}
+        return dict(cursor.fetchall())
 
 
 def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:
@@ -512,10 +703,16 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                 ),
                 fin AS (
                     UPDATE {JOB} j
-                       SET status = v.status,
-                           run_at = CASE WHEN v.status = 'PENDING'
+                       SET status = CASE WHEN v.status = 'PENDING' AND j.cancel_requested_at IS NOT NULL
+                                         THEN 'CANCELLED' ELSE v.status END,
+                           run_at = CASE WHEN v.status = 'PENDING' AND j.cancel_requested_at IS NULL
                                          THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
-                           finished_at = CASE WHEN v.status = 'PENDING' THEN NULL ELSE now() END,
+                           finished_at = CASE WHEN v.status = 'PENDING' AND j.cancel_requested_at IS NULL
+                                              THEN NULL ELSE now() END,
+                           max_attempts = j.max_attempts + CASE WHEN v.outcome = 'SNOOZED'
+                                                                 AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+                           snoozes = j.snoozes + CASE WHEN v.outcome = 'SNOOZED'
+                                                      AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
                            lease_token = NULL,
                            lease_expires_at = NULL,
                            last_error = v.error,
@@ -523,7 +720,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                       FROM v
                      WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {_RUNNING}
                        AND j.id = v.id AND j.lease_token = v.token
-                 RETURNING j.id, v.token, v.outcome, v.error
+                 RETURNING j.id, v.token,
+                           CASE WHEN j.status = 'CANCELLED' THEN 'CANCELLED' ELSE v.outcome END, v.error
                 ),
                 closing AS MATERIALIZED (
                     SELECT o.id, fin.outcome, fin.error FROM fin CROSS JOIN LATERAL (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -14,7 +15,7 @@ class JobStatus(models.TextChoices):
     RUNNING = "RUNNING"  # claimed under a lease; its owner renews it while the handler runs
     SUCCEEDED = "SUCCEEDED"  # finalized under the lease of its last attempt
     DEAD = "DEAD"  # permanent error or budget used up; waits for a person to replay it
-    CANCELLED = "CANCELLED"  # withdrawn before it ran
+    CANCELLED = "CANCELLED"  # withdrawn before it ran, or stopped by its handler on request
 
 
 class Outcome(models.TextChoices):
@@ -25,6 +26,8 @@ class Outcome(models.TextChoices):
     TIMED_OUT = "TIMED_OUT"  # the handler outlived its timeout; the job was retried without it
     LEASE_EXPIRED = "LEASE_EXPIRED"  # the owner stopped renewing; another worker took the job back
     LEASE_LOST = "LEASE_LOST"  # the owner found its token no longer matched the job
+    SNOOZED = "SNOOZED"  # the handler raised Snooze: the job waits again, the attempt is given back
+    CANCELLED = "CANCELLED"  # an operator asked to cancel and the handler stopped
 
 
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
@@ -72,6 +75,15 @@ class Job(models.Model):
     # record, not a foreign key: it outlives the account, and the queue may live in a database of
     # its own (RELIABLEQ["DATABASE"]) where no foreign key to the users' table can exist.
     submitted_by = models.CharField(max_length=150, blank=True, default="", db_default="", editable=False)
+    # Flow control. With the handler's max_running_per_key, at most that many jobs of the kind and
+    # this key are RUNNING at once, fleet-wide (decided in the claim transaction).
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    # At most one PENDING or RUNNING job per (kind, scope, unique_key); a new one after it finishes.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    # How often the handler said "come back later" (Snooze); each one gave its attempt back.
+    snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # When an operator asked to stop this RUNNING job; its worker learns of it at the next renewal.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -104,6 +116,12 @@ class Job(models.Model):
             models.Index(fields=["status", "-created_at"], name="reliableq_job_status_created"),
             models.Index(fields=["queue", "-created_at"], name="reliableq_job_queue_created"),
             models.Index(fields=["kind", "-created_at"], name="reliableq_job_kind_created"),
+            # Per-key limits: the RUNNING jobs of one (kind, concurrency_key).
+            models.Index(
+                fields=["kind", "concurrency_key"],
+                condition=Q(status="RUNNING", concurrency_key__isnull=False),
+                name="reliableq_job_key_running",
+            ),
             # Pruning: finished rows by age.
             models.Index(
                 fields=["finished_at"],
@@ -113,6 +131,12 @@ class Job(models.Model):
         ]
         constraints = [
             models.UniqueConstraint(fields=["dedupe_scope", "dedupe_key"], name="reliableq_job_dedupe_unique"),
+            # unique_key: one active job per (kind, scope, key); finished ones leave the index.
+            models.UniqueConstraint(
+                fields=["kind", "dedupe_scope", "unique_key"],
+                condition=Q(unique_key__isnull=False, status__in=["PENDING", "RUNNING"]),
+                name="reliableq_job_unique_active",
+            ),
             models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="reliableq_job_status_valid"),
             models.CheckConstraint(
                 condition=Q(status="RUNNING", lease_token__isnull=False)
@@ -176,6 +200,42 @@ class QueueDashboard(Job):
         verbose_name = "queue dashboard"
         verbose_name_plural = "queue dashboard"
         default_permissions = ()
+
+
+class QueueState(models.Model):
+    """A queue an operator paused (optionally until a time). No row, or paused_at NULL: it runs.
+
+    Claims read this table in the same statement that picks jobs, so a pause takes effect for
+    every claim that starts after it commits; running jobs finish.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_until = models.DateTimeField(null=True, blank=True, help_text="Empty: until resumed.")
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        verbose_name = "queue"
+
+    def __str__(self) -> str:
+        return f"queue {self.name} ({'paused' if self.paused_at else 'running'})"
+
+
+class RateWindow(models.Model):
+    """The recent starts of a rate-limited kind, counted per bucket of database time.
+
+    A bucket is a twentieth of the limit's window, numbered from the epoch. A claim of the kind
+    locks this row, sums the buckets that overlap the window ending now (a partial bucket counts
+    whole, so the sum never undercounts), takes at most the room left, and adds its own starts:
+    any window of the limit's length then holds at most N starts.
+    """
+
+    kind = models.CharField(max_length=200, primary_key=True)
+    buckets = ArrayField(models.BigIntegerField(), default=list)
+    counts = ArrayField(models.IntegerField(), default=list)
+
+    def __str__(self) -> str:
+        return f"rate window of {self.kind}"
 
 
 class Leader(models.Model):

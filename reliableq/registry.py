@@ -11,6 +11,41 @@ from .cron import next_slot
 from .errors import NotSubmittable, UnknownKind
 
 HandlerFunc = Callable[[Any], Any]
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_RATE = 1_000_000  # starts per window; more is no limit worth a lock
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most `count` starts of a kind in any window of `seconds`, fleet-wide."""
+
+    count: int
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """ "10/s", "100/m", "5000/h" -> Rate; ValueError naming the form otherwise."""
+        number, _, unit = str(text).strip().partition("/")
+        if not number.isdigit() or unit not in _RATE_UNITS or not 1 <= int(number) <= MAX_RATE:
+            raise ValueError(
+                f"rate_limit must look like '10/s', '100/m' or '5000/h' (1 to {MAX_RATE:,}); got {text!r}."
+            )
+        return cls(int(number), _RATE_UNITS[unit])
+
+    def __str__(self) -> str:
+        unit = {v: k for k, v in _RATE_UNITS.items()}[self.seconds]
+        return f"{self.count}/{unit}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a claim must respect for one kind, fleet-wide (see reliableq.leases.claim)."""
+
+    max_running: int | None = None  # RUNNING jobs of the kind
+    per_key: int | None = None  # RUNNING jobs of the kind with one concurrency_key
+    rate: Rate | None = None  # starts of the kind per window
+
+
 # Django Tasks run as `django.task` (jobs made before tasks had kinds of their own) and as
 # `django.task:<module path>`: never submittable over HTTP, whatever a handler says.
 TASKS_KIND = "django.task"
@@ -27,6 +62,14 @@ class Handler:
     cron: str | None = None  # periodic schedule
     keep_return: bool = False  # store the return value, fenced with the finish (Tasks backend)
     http: bool = False  # POST /v1/jobs may submit this kind (users holding reliableq.submit_job)
+    max_running_per_key: int | None = None  # fleet-wide cap per concurrency_key
+    rate_limit: Rate | None = None  # fleet-wide starts per window
+
+    @property
+    def limits(self) -> Limits | None:
+        if not (self.max_running or self.max_running_per_key or self.rate_limit):
+            return None
+        return Limits(max_running=self.max_running, per_key=self.max_running_per_key, rate=self.rate_limit)
 
 
 _handlers: dict[str, Handler] = {}
@@ -41,6 +84,8 @@ def handler(
     cron: str | None = None,
     keep_return: bool = False,
     http: bool = False,
+    max_running_per_key: int | None = None,
+    rate_limit: str | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of `kind`."""
     if not kind or len(kind) > 200:
@@ -51,6 +96,9 @@ def handler(
         raise ValueError("timeout must be a positive number of seconds.")
     if max_running is not None and max_running < 1:
         raise ValueError("max_running must be at least 1.")
+    if max_running_per_key is not None and max_running_per_key < 1:
+        raise ValueError("max_running_per_key must be at least 1.")
+    rate = Rate.parse(rate_limit) if rate_limit is not None else None
     if http and is_task_kind(kind):
         raise ValueError(f"Kind {kind!r} runs Django Tasks, which are never submittable over HTTP.")
     if cron is not None:
@@ -70,6 +118,8 @@ def handler(
             cron=cron,
             keep_return=keep_return,
             http=http,
+            max_running_per_key=max_running_per_key,
+            rate_limit=rate,
         )
         return func
 
@@ -102,6 +152,11 @@ def for_http(kind: str) -> Handler:
 def caps() -> dict[str, int]:
     """Kinds with a fleet-wide max_running, and that cap."""
     return {kind: h.max_running for kind, h in _handlers.items() if h.max_running}
+
+
+def limits() -> dict[str, Limits]:
+    """Kinds whose claims are limited (max_running, max_running_per_key, rate_limit), and how."""
+    return {kind: h.limits for kind, h in _handlers.items() if h.limits is not None}
 
 
 def crons() -> dict[str, str]:

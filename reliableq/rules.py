@@ -64,22 +64,22 @@ def key(value: Any, *, field: str = "dedupe_key") -> str:
     return value
 
 
-def run_at(value: Any) -> dt.datetime | None:
+def run_at(value: Any, *, field: str = "run_at") -> dt.datetime | None:
     """An aware time no further ahead than MAX_SCHEDULE_SECONDS; a past time means now (the INSERT clamps it)."""
     if value is None:
         return None
     if not isinstance(value, dt.datetime):
-        raise InvalidJob("run_at must be a datetime.", field="run_at")
+        raise InvalidJob(f"{field} must be a datetime.", field=field)
     if timezone.is_naive(value):
-        raise InvalidJob("run_at must be timezone-aware.", field="run_at")
+        raise InvalidJob(f"{field} must be timezone-aware.", field=field)
     ahead = float(reliableq_settings.MAX_SCHEDULE_SECONDS)
     # The caller's clock decides only this coarse bound; the stored time itself is compared
     # with the database's now() at the INSERT.
     if value > timezone.now() + dt.timedelta(seconds=ahead):
         raise InvalidJob(
-            f"run_at is more than {ahead:.0f} seconds ({ahead / 86400:.4g} days) ahead, the limit set by "
+            f"{field} is more than {ahead:.0f} seconds ({ahead / 86400:.4g} days) ahead, the limit set by "
             "MAX_SCHEDULE_SECONDS; schedule it closer.",
-            field="run_at",
+            field=field,
         )
     return value
 

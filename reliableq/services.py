@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from . import audit, planguard, registry, rules
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
-from .models import FINISHED, Attempt, Job, JobStatus, ReturnValue
+from .models import FINISHED, Attempt, Job, JobStatus, QueueState, ReturnValue
 
 __all__ = [
     "InvalidJob",
@@ -27,6 +28,8 @@ __all__ = [
     "enqueue_many",
     "replay",
     "cancel",
+    "pause",
+    "resume",
     "prune",
 ]
 
@@ -57,10 +60,21 @@ def enqueue(
     run_at: dt.datetime | None = None,
     max_attempts: int | None = None,
     dedupe_key: str | None = None,
+    concurrency_key: str | None = None,
+    unique_key: str | None = None,
 ) -> Job:
-    """Store a job in the caller's transaction; with `dedupe_key`, return the job already stored for it."""
+    """Store a job in the caller's transaction; with `dedupe_key` (or `unique_key`, while that job
+    is PENDING or RUNNING), return the job already stored for it."""
     job, _ = submit(
-        kind, payload, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts, dedupe_key=dedupe_key
+        kind,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        dedupe_key=dedupe_key,
+        concurrency_key=concurrency_key,
+        unique_key=unique_key,
     )
     return job
 
@@ -74,15 +88,18 @@ def submit(
     run_at: dt.datetime | None = None,
     max_attempts: int | None = None,
     dedupe_key: str | None = None,
+    concurrency_key: str | None = None,
+    unique_key: str | None = None,
     submitted_by: Any = None,
 ) -> tuple[Job, bool]:
-    """Like enqueue, and say whether this call created the job (False: dedupe_key found one).
+    """Like enqueue, and say whether this call created the job (False: a key found one).
 
-    With `submitted_by` (a user), the job records its submitter and `dedupe_key` is that
-    user's own: it never finds, blocks or reveals a job of another user or of the code
-    (cron slots, Python callers). The unique constraint on (scope, key) decides, in one
-    INSERT ... ON CONFLICT DO NOTHING: two concurrent callers with one key make one row,
-    and neither reads before it writes.
+    With `submitted_by` (a user), the job records its submitter and `dedupe_key` and
+    `unique_key` are that user's own: they never find, block or reveal a job of another user or
+    of the code (cron slots, Python callers). The unique constraints decide, in one INSERT ...
+    ON CONFLICT DO NOTHING: two concurrent callers with one key make one row, and neither reads
+    before it writes. `unique_key` holds only while its job is PENDING or RUNNING: if that job
+    finishes between the conflict and the read, the insert is tried again.
     """
     handler = registry.get(kind)  # UnknownKind if no app registered it
     budget = _budget(handler, max_attempts)
@@ -90,34 +107,47 @@ def submit(
     rules.queue_name(queue)
     rules.priority(priority)
     rules.run_at(run_at)
-    if dedupe_key is not None:
-        rules.key(dedupe_key)
+    for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key), ("concurrency_key", concurrency_key)):
+        if value is not None:
+            rules.key(value, field=name)
+    if concurrency_key is not None and not handler.max_running_per_key:
+        raise InvalidJob(
+            f"Kind {kind!r} has no max_running_per_key, so a concurrency_key would limit nothing.",
+            field="concurrency_key",
+        )
     encoded = rules.payload(payload)
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
 
-    job_id = uuid.uuid4()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH inserted AS (
-                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by,
-                                   created_at, updated_at)
-                VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()), '', '',
-                        %s, %s, %s, now(), now())
-                ON CONFLICT (dedupe_scope, dedupe_key) DO NOTHING
-                RETURNING run_at, created_at, updated_at, queue
-            )
-            -- Wakes idle workers of this queue when (and only if) the transaction commits.
-            SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
-            """,
-            (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter),
-        )
-        row = cursor.fetchone()
-    if row is None:
-        # Another transaction holds the key: ON CONFLICT waited for it to commit, so it is visible.
-        return Job.objects.get(dedupe_scope=scope, dedupe_key=dedupe_key), False
+    for _ in range(3):
+        job_id = uuid.uuid4()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH inserted AS (
+                    INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
+                                       run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by,
+                                       concurrency_key, unique_key, created_at, updated_at)
+                    VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
+                            '', '', %s, %s, %s, %s, %s, now(), now())
+                    ON CONFLICT DO NOTHING
+                    RETURNING run_at, created_at, updated_at, queue
+                )
+                -- Wakes idle workers of this queue when (and only if) the transaction commits.
+                SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
+                """,
+                (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter,
+                 concurrency_key, unique_key),
+            )  # fmt: skip
+            row = cursor.fetchone()
+        if row is not None:
+            break
+        # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible.
+        found = _holder(kind, scope, dedupe_key, unique_key)
+        if found is not None:
+            return found, False
+    else:
+        raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
     # Only what the database decided comes back (its times); the rest is what was just inserted,
     # the payload decoded from the JSON that was stored, as a read of the row would give it.
     stored_run_at, created_at, updated_at, _ = row
@@ -138,11 +168,29 @@ def submit(
         "dedupe_key": dedupe_key,
         "dedupe_scope": scope,
         "submitted_by": submitter,
+        "concurrency_key": concurrency_key,
+        "unique_key": unique_key,
+        "snoozes": 0,
+        "cancel_requested_at": None,
         "created_at": created_at,
         "updated_at": updated_at,
         "finished_at": None,
     }
     return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True
+
+
+def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | None) -> Job | None:
+    """The job that holds one of these keys now: the dedupe key's (forever), else the unique key's
+    active one (None if it has finished since the conflict)."""
+    if dedupe_key is not None:
+        found = Job.objects.filter(dedupe_scope=scope, dedupe_key=dedupe_key).first()
+        if found is not None:
+            return found
+    if unique_key is not None:
+        return Job.objects.filter(
+            kind=kind, dedupe_scope=scope, unique_key=unique_key, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
+        ).first()
+    return None
 
 
 def dedupe_scope(user: Any) -> str:
@@ -230,6 +278,7 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget,
             "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
             "last_error": "", "dedupe_key": None, "dedupe_scope": "", "submitted_by": submitter,
+            "concurrency_key": None, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
             "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
         made.append(Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]))
@@ -285,6 +334,9 @@ def enqueue_many(
 
 REPLAYED = "Replayed: back to PENDING with the same id and effect key."
 CANCELLED = "Cancelled."
+CANCEL_REQUESTED = "Cancel requested: the running handler is asked to stop."
+PAUSED = "Paused"
+RESUMED = "Resumed."
 
 
 def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
@@ -299,6 +351,10 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
         if job.status != JobStatus.DEAD:
             raise WrongStatus(job, JobStatus.DEAD)
         budget = _budget_for(job.kind, job.max_attempts)
+        if job.unique_key is not None and _holder(job.kind, job.dedupe_scope, None, job.unique_key) is not None:
+            raise WrongStatus(
+                job, JobStatus.DEAD, f"Job {job.id} has unique_key {job.unique_key!r}; another job with it is active."
+            )
         Job.objects.filter(pk=job.pk, status=JobStatus.DEAD).update(
             status=JobStatus.PENDING,
             max_attempts=job.attempts + budget,
@@ -327,11 +383,27 @@ def _budget_for(kind: str, fallback: int) -> int:
 
 
 def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
-    """Withdraw a PENDING job so that no worker ever claims it (audited when `by` is given)."""
+    """Withdraw a PENDING job so that no worker ever claims it; ask a RUNNING one to stop.
+
+    A RUNNING job gets `cancel_requested_at`: its worker learns of it at its next lease renewal
+    and sets `job.cancel_requested`; the handler that then raises Cancelled (or fails) ends the
+    job CANCELLED, one that succeeds anyway keeps its success. Row locks order this against the
+    finish, so a cancel racing a success leaves exactly one final state: the cancel finds the
+    job finished (WrongStatus), or the finish finds the request. Audited when `by` is given.
+    """
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
+        if job.status == JobStatus.RUNNING:
+            if job.cancel_requested_at is None:
+                Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+                    cancel_requested_at=Now(), updated_at=Now()
+                )
+            job.refresh_from_db()
+            if by is not None:
+                audit.record(by, job, CANCEL_REQUESTED)
+            return job
         if job.status != JobStatus.PENDING:
-            raise WrongStatus(job, JobStatus.PENDING)
+            raise WrongStatus(job, "PENDING or RUNNING")
         Job.objects.filter(pk=job.pk, status=JobStatus.PENDING).update(
             status=JobStatus.CANCELLED, finished_at=Now(), updated_at=Now()
         )
@@ -339,6 +411,39 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
         if by is not None:
             audit.record(by, job, CANCELLED)
     return job
+
+
+def pause(queue: str, *, until: dt.datetime | None = None, by: Any = None) -> QueueState:
+    """Stop claims from `queue` (until `until`, by database time, or until resumed); running jobs finish.
+
+    Takes effect for every claim that starts after this commits: the claim reads the queue's
+    state in the statement that picks its jobs.
+    """
+    rules.queue_name(queue)
+    if until is not None:
+        rules.run_at(until, field="until")
+    with transaction.atomic():
+        state, _ = QueueState.objects.select_for_update().get_or_create(name=queue)
+        QueueState.objects.filter(name=queue).update(
+            paused_at=Now(), paused_until=until, paused_by="" if by is None else by.get_username()
+        )
+        state.refresh_from_db()
+        if by is not None:
+            audit.record(by, state, PAUSED + (f" until {until.isoformat()}" if until else ""))
+    return state
+
+
+def resume(queue: str, *, by: Any = None) -> QueueState:
+    """Let claims take jobs of `queue` again, and wake its idle workers at once (on commit)."""
+    rules.queue_name(queue)
+    with transaction.atomic():
+        state, _ = QueueState.objects.select_for_update().get_or_create(name=queue)
+        QueueState.objects.filter(name=queue).update(paused_at=None, paused_until=None, paused_by="")
+        state.refresh_from_db()
+        _notify(queue)
+        if by is not None:
+            audit.record(by, state, RESUMED)
+    return state
 
 
 def prune(
@@ -424,5 +529,19 @@ def retain() -> dict[str, int]:
 
 
 def has_work(queues: list[str] | tuple[str, ...]) -> bool:
-    """Whether any job in these queues is due or running (what --burst waits for)."""
-    return Job.objects.in_queues(queues).unsettled().exists()
+    """Whether any job in these queues is due or running (what --burst waits for); the due jobs of
+    a paused queue do not count, since no claim takes them."""
+    paused = paused_queues(queues)
+    return Job.objects.in_queues([q for q in queues if q not in paused]).unsettled().exists() or (
+        bool(paused) and Job.objects.in_queues(list(paused)).filter(status=JobStatus.RUNNING).exists()
+    )
+
+
+def paused_queues(queues: Sequence[str] | None = None) -> set[str]:
+    """The queues paused now, by database time (of `queues`, or all)."""
+    found = QueueState.objects.filter(paused_at__isnull=False).filter(
+        Q(paused_until__isnull=True) | Q(paused_until__gt=Now())
+    )
+    if queues is not None:
+        found = found.filter(name__in=list(queues))
+    return set(found.values_list("name", flat=True))

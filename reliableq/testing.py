@@ -43,13 +43,15 @@ class Ran:
 
 def run_due(queues: Sequence[str] | None = None, *, limit: int = 100, lease_seconds: float = 30.0) -> list[Ran]:
     """Claim up to `limit` due jobs of `queues` (default: every queue), run each handler here, finish them."""
-    from . import leases, stats
+    from . import leases, registry, stats
     from .worker import executor
 
     queues = tuple(queues) if queues is not None else tuple(stats.queues())
     if not queues:
         return []
-    claimed, _ = leases.claim(worker_id=WORKER_ID, queues=queues, limit=limit, lease_seconds=lease_seconds)
+    claimed, _ = leases.claim(
+        worker_id=WORKER_ID, queues=queues, limit=limit, lease_seconds=lease_seconds, limits=registry.limits()
+    )
     ran = []
     for job in claimed:
         result = executor.run_attempt(job)

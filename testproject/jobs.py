@@ -76,6 +76,35 @@ def chaos_slow(job: ClaimedJob) -> None:
     time.sleep(float(job.payload.get("seconds", 3)))
 
 
+@reliableq.handler("test.snooze", max_attempts=1)
+def snooze(job: ClaimedJob) -> None:
+    """Snooze payload['times'] times for payload['seconds'] each, then succeed."""
+    if job.snoozes < int(job.payload.get("times", 1)):
+        raise reliableq.Snooze(float(job.payload.get("seconds", 0)))
+
+
+@reliableq.handler("test.cancellable", timeout=300)
+def cancellable(job: ClaimedJob) -> None:
+    """Work for up to payload['seconds'], stopping as soon as an operator asks (Cancelled), unless
+    payload['ignore'] says to finish anyway; payload['fail'] makes it fail instead of raising Cancelled."""
+    deadline = time.monotonic() + float(job.payload.get("seconds", 60))
+    while time.monotonic() < deadline:
+        if job.cancel_requested and not job.payload.get("ignore"):
+            if job.payload.get("fail"):
+                raise RuntimeError("stopped half-way")
+            raise reliableq.Cancelled()
+        job.cancel.wait(0.02)
+
+
+def per_key(job: ClaimedJob) -> None:
+    """Hold a slot for payload['seconds']; at most 2 of one concurrency_key run at once."""
+    time.sleep(float(job.payload.get("seconds", 0.2)))
+
+
+def rated(job: ClaimedJob) -> None:
+    """Nothing: at most 10 start in any second, fleet-wide."""
+
+
 def capped(job: ClaimedJob) -> None:
     """Hold a slot for payload['seconds']; at most 2 run at once across the fleet."""
     time.sleep(float(job.payload.get("seconds", 0.3)))
@@ -89,5 +118,8 @@ def every_second(job: ClaimedJob) -> None:
 # itself): a fleet-wide cap adds a lock to every claim, and a cron kind enqueues forever.
 if os.environ.get("RELIABLEQ_TEST_CAPPED"):
     reliableq.handler("test.capped", max_running=2)(capped)
+if os.environ.get("RELIABLEQ_TEST_FLOW"):
+    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
+    reliableq.handler("test.rated", rate_limit="10/s")(rated)
 if os.environ.get("RELIABLEQ_TEST_CRON"):
     reliableq.handler("test.every_second", cron="* * * * * *")(every_second)

@@ -103,6 +103,21 @@ SCHEMAS: dict[str, Any] = {
             "dedupe_key": {"type": "string", "nullable": True, "description": "The submitter's Idempotency-Key."},
             "effect_key": {"type": "string"},
             "submitted_by": {"type": "string", "nullable": True, "description": "Who submitted it over HTTP."},
+            "concurrency_key": {
+                "type": "string",
+                "nullable": True,
+                "description": "With the handler's max_running_per_key: at most that many RUNNING per key.",
+            },
+            "unique_key": {
+                "type": "string",
+                "nullable": True,
+                "description": "At most one PENDING or RUNNING job per kind and key (per submitter).",
+            },
+            "snoozes": {"type": "integer", "minimum": 0, "description": "How often the handler snoozed it."},
+            "cancel_requested": {
+                "type": "boolean",
+                "description": "An operator asked the running handler to stop; it ends CANCELLED when it does.",
+            },
             "created_at": TIME,
             "updated_at": TIME,
             "finished_at": NULLABLE_TIME,

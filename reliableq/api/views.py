@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from .. import health, rules, services, stats
 from ..errors import InvalidJob, WrongStatus
-from ..models import Job
+from ..models import Job, JobStatus
 from . import documents, problems
 from .base import BaseAPIView
 from .permissions import holds, requires
@@ -213,10 +213,15 @@ class ReplayView(_FateView):
 
 
 class CancelView(_FateView):
+    """200 with the job CANCELLED (it was PENDING); 202 with cancel_requested (it is RUNNING and
+    ends CANCELLED once its handler stops)."""
+
     codename = "cancel_job"
 
     def act(self, job_id: uuid.UUID, user: Any) -> Job:
-        return services.cancel(job_id, by=user)
+        job = services.cancel(job_id, by=user)
+        self.success = status.HTTP_202_ACCEPTED if job.status == JobStatus.RUNNING else status.HTTP_200_OK
+        return job
 
 
 class StatsView(BaseAPIView):

@@ -8,9 +8,9 @@ from typing import Any
 
 from .. import faults, policy, registry
 from ..conf import reliableq_settings
-from ..errors import PermanentError
+from ..errors import Cancelled, PermanentError, Snooze
 from ..leases import ClaimedJob, Finish
-from ..models import Outcome
+from ..models import JobStatus, Outcome
 from ..sanitize import clean, describe
 
 
@@ -48,6 +48,29 @@ def failure(job: ClaimedJob, *, outcome: str, error: str) -> Finish:
     )
 
 
+def cancelled(job: ClaimedJob, *, error: str) -> Finish:
+    """The handler stopped (raised Cancelled, or failed after a cancel request): CANCELLED, no retry."""
+    return Finish(
+        job_id=job.id, lease_token=job.lease_token, status=JobStatus.CANCELLED, outcome=Outcome.CANCELLED, error=error
+    )
+
+
+def snoozed(job: ClaimedJob, seconds: float) -> Finish:
+    """Back to PENDING in `seconds`, the attempt given back; past MAX_SNOOZES, a failure instead."""
+    limit = int(reliableq_settings.MAX_SNOOZES)
+    if job.snoozes >= limit:
+        error = f"snoozed {job.snoozes} times, the most RELIABLEQ['MAX_SNOOZES'] allows; counted as a failure"
+        return failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error)
+    return Finish(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        status=JobStatus.PENDING,
+        outcome=Outcome.SNOOZED,
+        error=f"snoozed for {seconds:g}s",
+        delay=seconds,
+    )
+
+
 def run_attempt(job: ClaimedJob) -> Result:
     """Call the job's handler; map what it raised to an outcome."""
     started = time.monotonic()
@@ -64,8 +87,15 @@ def run_attempt(job: ClaimedJob) -> Result:
         value = handler.func(job)
     except PermanentError as exc:
         finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
-    except Exception as exc:  # anything else is worth another try
-        finish = failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
+    except Cancelled as exc:
+        finish = cancelled(job, error=describe(exc))
+    except Snooze as exc:
+        finish = snoozed(job, exc.seconds)
+    except Exception as exc:  # anything else is worth another try, unless an operator asked to stop
+        if job.cancel_requested:
+            finish = cancelled(job, error=describe(exc))
+        else:
+            finish = failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
     else:
         # The second failure window: the effect is done, the job is not yet finalized.
         faults.crash_point("after_effect_before_finalize")

@@ -21,12 +21,14 @@ class Heartbeat(threading.Thread):
         held: Callable[[], dict[uuid.UUID, uuid.UUID]],
         on_lost: Callable[[list[tuple[uuid.UUID, uuid.UUID]]], None],
         lease_seconds: float,
+        on_cancel: Callable[[list[uuid.UUID]], None] | None = None,
         store: Store | None = None,
     ) -> None:
         super().__init__(name="reliableq-heartbeat", daemon=True)
         self._store: Store = store if store is not None else DatabaseStore()
         self._held = held
         self._on_lost = on_lost
+        self._on_cancel = on_cancel
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / 3.0
         self._halt = threading.Event()
@@ -47,6 +49,9 @@ class Heartbeat(threading.Thread):
             logger.warning("heartbeat failed, %s lease(s) not renewed: %s", len(held), exc)
             self._store.reset()
             return
+        cancels = [job_id for job_id, asked in renewed.items() if asked]
+        if cancels and self._on_cancel is not None:
+            self._on_cancel(cancels)
         now_held = self._held()
         # Not renewed and still held under the same token: a finish may have raced this beat,
         # so ask the attempts which of these were really taken by another owner.

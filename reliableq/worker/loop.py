@@ -108,6 +108,15 @@ class Worker:
             logger.warning("job=%s attempt=%s token=%s lease lost: another owner has the job", job_id, attempt, token)
             self.ledger.drop(job_id, token)
 
+    def _cancel_requested(self, job_ids: list[Any]) -> None:
+        """The heartbeat's renewal found cancel requests for these jobs (called from its thread)."""
+        held = self.ledger.held()
+        for job_id in job_ids:
+            flight = self.ledger.get(held[job_id]) if job_id in held else None
+            if flight is not None and not flight.job.cancel_requested:
+                logger.info("job=%s attempt=%s cancel requested", job_id, flight.job.attempt)
+                flight.job.cancel.set()
+
     # -- the loop -------------------------------------------------------------------------
 
     def run(self, *, install_signals: bool = True) -> int:
@@ -123,7 +132,7 @@ class Worker:
             worker_id=c.worker_id,
             queues=c.queues,
             lease_seconds=c.lease_seconds,
-            caps=registry.caps(),
+            limits=registry.limits(),
         )
         self.completer = Completer(self.store, self.ledger, pool)
         maintenance = Maintenance(
@@ -137,7 +146,11 @@ class Worker:
             has_crons=bool(registry.crons()),
         )
         heartbeat = Heartbeat(
-            store=self.store, held=self.ledger.held, on_lost=self._lost, lease_seconds=c.lease_seconds
+            store=self.store,
+            held=self.ledger.held,
+            on_lost=self._lost,
+            on_cancel=self._cancel_requested,
+            lease_seconds=c.lease_seconds,
         )
         heartbeat.start()
         listener = Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE)) if c.listen else None

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from ..leases import ClaimedJob
+from ..registry import Limits
 from . import executor
 from .ledger import Ledger
 from .pool import Pool
@@ -25,7 +26,7 @@ class Producer:
         worker_id: str,
         queues: Sequence[str],
         lease_seconds: float,
-        caps: Mapping[str, int],
+        limits: Mapping[str, Limits],
     ) -> None:
         self._store = store
         self._ledger = ledger
@@ -33,7 +34,7 @@ class Producer:
         self.worker_id = worker_id
         self.queues = tuple(queues)
         self.lease_seconds = lease_seconds
-        self.caps = dict(caps)  # kinds with a fleet-wide max_running
+        self.limits = dict(limits)  # kinds whose claims are limited fleet-wide
         self._uncertain = False  # a claim failed: it may have committed anyway
         self.claimed = 0
 
@@ -54,7 +55,7 @@ class Producer:
             queues=self.queues,
             limit=free,
             lease_seconds=self.lease_seconds,
-            caps=self.caps,
+            limits=self.limits,
             rescue=rescue,
         )
         self._uncertain = False

@@ -15,6 +15,7 @@ from django.db import connection
 
 from .. import leadership, leases, scheduler, services
 from ..leases import ClaimedJob, Finish, FinishResult, Rescued
+from ..registry import Limits
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
 
@@ -27,13 +28,14 @@ class Store(Protocol):
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        caps: Mapping[str, int],
+        limits: Mapping[str, Limits],
         rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]: ...
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult: ...
 
-    def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> set[uuid.UUID]: ...
+    def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
+        """The job ids still owned, each with whether an operator asked to cancel it."""
 
     def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]: ...
 
@@ -68,17 +70,17 @@ class DatabaseStore:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        caps: Mapping[str, int],
+        limits: Mapping[str, Limits],
         rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
         return leases.claim(
-            worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds, caps=caps, rescue=rescue
+            worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds, limits=limits, rescue=rescue
         )
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
         return leases.finish(finishes)
 
-    def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> set[uuid.UUID]:
+    def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
         return leases.renew(held, lease_seconds=lease_seconds)
 
     def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]:

@@ -37,6 +37,10 @@ JOB_FIELDS = {
     "dedupe_key",
     "effect_key",
     "submitted_by",
+    "concurrency_key",
+    "unique_key",
+    "snoozes",
+    "cancel_requested",
     "created_at",
     "updated_at",
     "finished_at",
@@ -317,15 +321,25 @@ def test_cancel_of_unknown_job_is_404_problem(api):
     problem_of(api.post(f"/v1/jobs/{uuid.uuid4()}/cancel"), 404)
 
 
-@pytest.mark.parametrize("status", [JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED])
-def test_cancel_of_a_job_that_is_not_pending_is_409_and_changes_nothing(api, status):
+@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED])
+def test_cancel_of_a_finished_job_is_409_and_changes_nothing(api, status):
     job = job_in(status)
     before = Job.objects.values().get(pk=job.id)
 
     body = problem_of(api.post(f"/v1/jobs/{job.id}/cancel"), 409)
 
-    assert status in body["detail"] and "PENDING" in body["detail"]
+    assert status in body["detail"] and "PENDING or RUNNING" in body["detail"]
     assert Job.objects.values().get(pk=job.id) == before
+
+
+def test_cancel_of_a_running_job_is_202_with_cancel_requested(api):
+    job = job_in(JobStatus.RUNNING)
+
+    response = api.post(f"/v1/jobs/{job.id}/cancel")
+
+    assert response.status_code == 202, response.content
+    assert response.json()["status"] == "RUNNING" and response.json()["cancel_requested"] is True
+    assert Job.objects.get(pk=job.id).cancel_requested_at is not None
 
 
 # -- GET /v1/stats ---------------------------------------------------------------------------

@@ -39,9 +39,9 @@ def updates(queries: CaptureQueriesContext) -> list[str]:
 def test_stale_token_cannot_renew() -> None:
     job, stale, current = taken_over()
     before = snapshot(job.pk)
-    assert leases.renew([(job.pk, stale)], lease_seconds=600) == set()
+    assert leases.renew([(job.pk, stale)], lease_seconds=600) == {}
     assert snapshot(job.pk) == before  # lease_expires_at unchanged
-    assert leases.renew([(job.pk, current.lease_token)], lease_seconds=600) == {job.pk}
+    assert leases.renew([(job.pk, current.lease_token)], lease_seconds=600) == {job.pk: False}
 
 
 @pytest.mark.django_db

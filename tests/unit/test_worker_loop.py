@@ -17,6 +17,7 @@ from django.db import OperationalError
 
 import reliableq
 from reliableq.leases import ClaimedJob, Finish, FinishResult, Rescued
+from reliableq.registry import Limits
 from reliableq.worker import Worker, WorkerConfig
 from tests.support import wait_until
 
@@ -71,7 +72,7 @@ class FakeStore:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        caps: Mapping[str, int],
+        limits: Mapping[str, Limits],
         rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
         with self.lock:
@@ -113,9 +114,9 @@ class FakeStore:
                     result.lost.append(f.job_id)
             return result
 
-    def renew(self, held: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> set[uuid.UUID]:
+    def renew(self, held: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
         with self.lock:
-            return {job_id for job_id, token in held if self.rows[job_id].token == token}
+            return {job_id: False for job_id, token in held if self.rows[job_id].token == token}
 
     def mark_lost(self, held: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:
         return set()

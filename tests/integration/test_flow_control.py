@@ -1,0 +1,358 @@
+"""Flow control in the claim and the finish: per-key limits, rate limits, unique jobs, snooze, pause, cancel.
+
+Each limit is decided by the database in the claim transaction (its locks, its time); these
+tests drive the real statements from threads on their own connections, the way a fleet would.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections import Counter
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.db.models.functions import Now
+
+import reliableq
+from reliableq import leases, registry, services
+from reliableq.errors import InvalidJob, WrongStatus
+from reliableq.leases import Finish
+from reliableq.models import Attempt, Job, JobStatus, Outcome, QueueState
+from reliableq.testing import run_due
+from testproject.jobs import per_key, rated
+
+from .helpers import claim_jobs, db_now, expire, spawn
+
+reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
+reliableq.handler("test.rated", rate_limit="10/s")(rated)
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claim_limited(worker_id: str = "w-test", *, limit: int = 10, queues: tuple[str, ...] = ("default",)) -> list:
+    jobs, _ = leases.claim(
+        worker_id=worker_id, queues=queues, limit=limit, lease_seconds=30, limits=registry.limits(), rescue=False
+    )
+    return jobs
+
+
+def running_per_key() -> Counter[str]:
+    return Counter(
+        Job.objects.filter(kind="test.per_key", status=JobStatus.RUNNING).values_list("concurrency_key", flat=True)
+    )
+
+
+# -- unique_key ------------------------------------------------------------------------------
+
+
+def test_unique_key_returns_the_active_job_and_allows_a_new_one_after_it_finishes() -> None:
+    first = reliableq.enqueue("demo.noop", {"n": 1}, unique_key="report:7")
+    again = reliableq.enqueue("demo.noop", {"n": 2}, unique_key="report:7")
+    assert again.pk == first.pk and Job.objects.count() == 1
+
+    [ran] = run_due()
+    assert ran.status == JobStatus.SUCCEEDED
+    after = reliableq.enqueue("demo.noop", {"n": 3}, unique_key="report:7")
+    assert after.pk != first.pk
+    assert Job.objects.filter(unique_key="report:7").count() == 2
+
+
+def test_one_active_row_per_unique_key_under_16_concurrent_enqueuers() -> None:
+    start = threading.Barrier(16)
+
+    def enqueue_one(n: int) -> str:
+        start.wait()
+        return str(reliableq.enqueue("demo.noop", {"n": n}, unique_key="nightly").pk)
+
+    ids = {future.result(timeout=60) for future in [spawn(enqueue_one, n) for n in range(16)]}
+    assert len(ids) == 1
+    assert Job.objects.filter(unique_key="nightly", status__in=["PENDING", "RUNNING"]).count() == 1
+
+
+def test_a_users_unique_key_never_returns_another_users_job() -> None:
+    alice, mallory = User.objects.create(username="alice"), User.objects.create(username="mallory")
+    theirs, _ = services.submit("demo.noop", {"secret": 1}, unique_key="k", submitted_by=alice)
+    mine, made = services.submit("demo.noop", {}, unique_key="k", submitted_by=mallory)
+    assert made and mine.pk != theirs.pk
+    again, made_again = services.submit("demo.noop", {}, unique_key="k", submitted_by=alice)
+    assert again.pk == theirs.pk and not made_again
+
+
+def test_replaying_a_dead_job_whose_unique_key_is_taken_again_is_refused() -> None:
+    dead = reliableq.enqueue("demo.noop", {}, unique_key="u")
+    Job.objects.filter(pk=dead.pk).update(status=JobStatus.DEAD, finished_at=Now())
+    reliableq.enqueue("demo.noop", {}, unique_key="u")
+    with pytest.raises(WrongStatus, match="another job with it is active"):
+        services.replay(dead.pk)
+
+
+def test_a_concurrency_key_needs_a_kind_with_a_per_key_limit() -> None:
+    with pytest.raises(InvalidJob, match="no max_running_per_key") as caught:
+        reliableq.enqueue("demo.noop", {}, concurrency_key="acct:1")
+    assert caught.value.field == "concurrency_key"
+
+
+# -- max_running_per_key ---------------------------------------------------------------------
+
+
+def test_a_saturated_key_does_not_block_the_keys_behind_it() -> None:
+    # Ten jobs of key "a" first in line (better priority), then one job each of "b" and "c".
+    for n in range(10):
+        reliableq.enqueue("test.per_key", {"n": n}, concurrency_key="a", priority=-1)
+    reliableq.enqueue("test.per_key", {}, concurrency_key="b")
+    reliableq.enqueue("test.per_key", {}, concurrency_key="c")
+
+    taken = claim_limited(limit=10)
+
+    assert Counter(j.concurrency_key for j in taken) == {"a": 2, "b": 1, "c": 1}
+    assert claim_limited(limit=10) == []  # "a" is full; its other eight wait
+    assert Job.objects.filter(concurrency_key="a", status=JobStatus.PENDING).count() == 8
+
+
+def test_per_key_limit_holds_across_concurrent_claimers() -> None:
+    for n in range(60):
+        reliableq.enqueue("test.per_key", {"n": n}, concurrency_key=f"k{n % 3}")
+    peaks: list[int] = []
+    go = threading.Barrier(8)
+
+    def claimer(n: int) -> int:
+        go.wait()
+        taken = 0
+        for _ in range(10):
+            jobs = claim_limited(f"w{n}", limit=2)
+            taken += len(jobs)
+            peaks.append(max(running_per_key().values(), default=0))
+            # Finish what was taken, so that keys free up and the claimers compete again.
+            leases.finish(
+                [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
+            )
+        return taken
+
+    total = sum(future.result(timeout=120) for future in [spawn(claimer, n) for n in range(8)])
+    assert total > 0
+    assert max(peaks) <= 2
+    # Every start, by attempt intervals: never more than 2 of one key RUNNING at once.
+    assert max_overlap_per_key() <= 2
+
+
+def max_overlap_per_key() -> int:
+    """The most attempts of one concurrency key whose [started_at, finished_at) intervals overlap."""
+    events: dict[str, list[tuple[dt.datetime, int]]] = {}
+    for key, started, finished in Attempt.objects.filter(job__kind="test.per_key").values_list(
+        "job__concurrency_key", "started_at", "finished_at"
+    ):
+        events.setdefault(key, []).extend([(started, 1), (finished or dt.datetime.max.replace(tzinfo=dt.UTC), -1)])
+    peak = 0
+    for points in events.values():
+        level = 0
+        for _, step in sorted(points, key=lambda p: (p[0], p[1])):  # an end before a start at the same instant
+            level += step
+            peak = max(peak, level)
+    return peak
+
+
+# -- rate_limit ------------------------------------------------------------------------------
+
+
+def test_a_rate_limited_kind_starts_at_most_n_per_window_and_the_rest_wait_unspent() -> None:
+    reliableq.enqueue_many("test.rated", [{"n": n} for n in range(25)])
+    reliableq.enqueue("demo.noop", {})
+
+    first = claim_limited(limit=50)
+
+    assert Counter(j.kind for j in first) == {"test.rated": 10, "demo.noop": 1}
+    assert claim_limited(limit=50) == []
+    throttled = Job.objects.filter(kind="test.rated", status=JobStatus.PENDING)
+    assert throttled.count() == 15 and set(throttled.values_list("attempts", flat=True)) == {0}
+
+
+def test_every_window_of_a_10_per_second_kind_holds_at_most_10_starts() -> None:
+    reliableq.enqueue_many("test.rated", [{"n": n} for n in range(40)])
+    started = 0
+    deadline = db_now() + dt.timedelta(seconds=30)
+    while started < 40 and db_now() < deadline:
+        jobs = claim_limited(limit=7)
+        started += len(jobs)
+        leases.finish(
+            [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
+        )
+    assert started == 40
+    starts = sorted(Attempt.objects.filter(job__kind="test.rated").values_list("started_at", flat=True))
+    # Any window of one second: from each start, count those less than a second later.
+    worst = max(sum(1 for t in starts[i:] if t - s < dt.timedelta(seconds=1)) for i, s in enumerate(starts))
+    assert worst <= 10
+
+
+def test_rate_parsing_refuses_what_it_cannot_mean() -> None:
+    assert str(registry.Rate.parse("100/m")) == "100/m"
+    for bad in ["10", "10/d", "0/s", "-1/s", "x/s", "10/ s"]:
+        with pytest.raises(ValueError, match="rate_limit must look like"):
+            registry.Rate.parse(bad)
+
+
+# -- snooze ------------------------------------------------------------------------------------
+
+
+def test_a_snoozed_job_with_one_attempt_still_succeeds() -> None:
+    job = reliableq.enqueue("test.snooze", {"times": 2, "seconds": 0})
+    assert job.max_attempts == 1
+
+    ran = [run_due(), run_due(), run_due()]
+
+    assert [r[0].outcome for r in ran] == [Outcome.SNOOZED, Outcome.SNOOZED, Outcome.SUCCEEDED]
+    job.refresh_from_db()
+    assert (job.status, job.snoozes, job.attempts, job.max_attempts) == (JobStatus.SUCCEEDED, 2, 3, 3)
+    assert list(job.attempt_set.values_list("outcome", flat=True)) == ["SNOOZED", "SNOOZED", "SUCCEEDED"]
+
+
+def test_a_snooze_waits_its_seconds_by_database_time() -> None:
+    job = reliableq.enqueue("test.snooze", {"times": 1, "seconds": 600})
+    before = db_now()
+    run_due()
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert dt.timedelta(seconds=599) < job.run_at - before < dt.timedelta(seconds=601)
+    assert run_due() == []
+
+
+def test_snoozes_are_bounded(settings: object) -> None:
+    settings.RELIABLEQ = {"MAX_SNOOZES": 2}  # type: ignore[attr-defined]
+    job = reliableq.enqueue("test.snooze", {"times": 10, "seconds": 0})
+    outcomes = [run_due()[0].outcome for _ in range(3)]
+    assert outcomes == [Outcome.SNOOZED, Outcome.SNOOZED, Outcome.FAILED_TRANSIENT]
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD and "MAX_SNOOZES" in job.last_error
+
+
+def test_snooze_refuses_nonsense() -> None:
+    for bad in [-1, 400 * 86400, "soon"]:
+        with pytest.raises((ValueError, TypeError)):
+            reliableq.Snooze(bad)  # type: ignore[arg-type]
+
+
+# -- pause and resume --------------------------------------------------------------------------
+
+
+def test_nothing_is_claimed_from_a_paused_queue_and_resume_lets_claims_in() -> None:
+    reliableq.enqueue("demo.noop", {}, queue="mail")
+    reliableq.enqueue("demo.noop", {}, queue="default")
+    services.pause("mail")
+
+    taken = claim_jobs(queues=("mail", "default"))
+    assert [j.queue for j in taken] == ["default"]
+    assert services.has_work(["mail"]) is False  # --burst does not wait for a paused queue
+
+    services.resume("mail")
+    assert [j.queue for j in claim_jobs(queues=("mail",))] == ["mail"]
+
+
+def test_a_pause_until_a_time_ends_by_itself() -> None:
+    reliableq.enqueue("demo.noop", {}, queue="mail")
+    services.pause("mail", until=db_now() + dt.timedelta(seconds=600))
+    assert claim_jobs(queues=("mail",)) == []
+    QueueState.objects.filter(name="mail").update(paused_until=Now() - dt.timedelta(seconds=1))
+    assert len(claim_jobs(queues=("mail",))) == 1
+
+
+def test_a_running_job_of_a_paused_queue_finishes() -> None:
+    reliableq.enqueue("demo.noop", {}, queue="mail")
+    [job] = claim_jobs(queues=("mail",))
+    services.pause("mail")
+    result = leases.finish(
+        [Finish(job_id=job.id, lease_token=job.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
+    )
+    assert result.finalized == [job.id]
+
+
+def test_resume_wakes_listeners_at_once() -> None:
+    import psycopg
+
+    from testproject import dburl
+
+    with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as listener:
+        listener.execute("LISTEN reliableq")
+        services.pause("mail")
+        services.resume("mail")
+        received = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert received == ["mail"]
+
+
+# -- cancel a running job ------------------------------------------------------------------------
+
+
+def test_cancel_of_a_running_job_is_a_request_that_the_renewal_reports() -> None:
+    reliableq.enqueue("test.cancellable", {})
+    [job] = claim_jobs()
+    assert leases.renew([(job.id, job.lease_token)], lease_seconds=30) == {job.id: False}
+
+    asked = services.cancel(job.id)
+
+    assert asked.status == JobStatus.RUNNING and asked.cancel_requested_at is not None
+    assert leases.renew([(job.id, job.lease_token)], lease_seconds=30) == {job.id: True}
+
+
+@pytest.mark.parametrize(
+    ("reported", "final", "outcome"),
+    [
+        (("CANCELLED", "CANCELLED"), JobStatus.CANCELLED, Outcome.CANCELLED),
+        (("PENDING", "FAILED_TRANSIENT"), JobStatus.CANCELLED, Outcome.CANCELLED),  # a retry is not wanted now
+        (("PENDING", "SNOOZED"), JobStatus.CANCELLED, Outcome.CANCELLED),
+        (("SUCCEEDED", "SUCCEEDED"), JobStatus.SUCCEEDED, Outcome.SUCCEEDED),  # finished anyway: kept
+        (("DEAD", "FAILED_PERMANENT"), JobStatus.DEAD, Outcome.FAILED_PERMANENT),
+    ],
+)
+def test_the_end_of_an_attempt_asked_to_cancel(reported: tuple[str, str], final: str, outcome: str) -> None:
+    reliableq.enqueue("test.cancellable", {})
+    [job] = claim_jobs()
+    services.cancel(job.id)
+    status, reported_outcome = reported
+    leases.finish([Finish(job_id=job.id, lease_token=job.lease_token, status=status, outcome=reported_outcome)])
+    row = Job.objects.get(pk=job.id)
+    assert row.status == final and row.lease_token is None
+    assert row.attempt_set.get().outcome == outcome
+    assert (row.finished_at is None) == (final == JobStatus.PENDING)
+
+
+def test_an_expired_lease_of_a_job_asked_to_cancel_ends_cancelled() -> None:
+    reliableq.enqueue("test.cancellable", {})
+    [job] = claim_jobs()
+    services.cancel(job.id)
+    expire(job.id)
+    [rescued] = leases.rescue()
+    assert rescued.status == JobStatus.CANCELLED
+    assert Job.objects.get(pk=job.id).status == JobStatus.CANCELLED
+
+
+def test_a_cancel_racing_a_success_leaves_exactly_one_final_state() -> None:
+    def succeed(job: leases.ClaimedJob, go: threading.Barrier) -> None:
+        go.wait()
+        leases.finish([Finish(job_id=job.id, lease_token=job.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")])
+
+    def cancel(job: leases.ClaimedJob, go: threading.Barrier) -> str:
+        go.wait()
+        try:
+            return services.cancel(job.id).status
+        except WrongStatus:
+            return "refused"
+
+    outcomes: Counter[str] = Counter()
+    for n in range(20):
+        reliableq.enqueue("test.cancellable", {"n": n})
+        [job] = claim_jobs()
+        go = threading.Barrier(2)
+        finished, cancelled = spawn(succeed, job, go), spawn(cancel, job, go)
+        finished.result(timeout=30)
+        outcomes[cancelled.result(timeout=30)] += 1
+        row = Job.objects.get(pk=job.id)
+        assert row.status == JobStatus.SUCCEEDED and row.attempt_set.get().outcome == Outcome.SUCCEEDED
+    assert sum(outcomes.values()) == 20 and set(outcomes) <= {"RUNNING", "refused"}
+
+
+def test_cancel_of_a_running_job_is_audited(admin_user: User) -> None:
+    reliableq.enqueue("test.cancellable", {})
+    [job] = claim_jobs()
+    services.cancel(job.id, by=admin_user)
+    from django.contrib.admin.models import LogEntry
+
+    assert LogEntry.objects.get().change_message == services.CANCEL_REQUESTED
