@@ -305,6 +305,16 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
             "fraction",
             spread=_ratio_spread(top, base),
         )
+    if "flow" in r:
+        runs = r["flow"]
+        for key, label in (("keyed", "1,000 concurrency keys at max_running_per_key=1"), ("rated", "a rate limit")):
+            add(
+                f"claims under {label} vs the same run without limits",
+                runs[key].median / runs["none"].median,
+                0.70,
+                "fraction",
+                spread=_ratio_spread(runs[key], runs["none"]),
+            )
     if "recovery" in r:
         met, worst = r["recovery"]
         excess = max(worst[lease] - lease for lease in worst)

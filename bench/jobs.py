@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 
 import reliableq
@@ -37,3 +38,27 @@ def flaky(job: ClaimedJob) -> None:
     roll = int.from_bytes(hashlib.sha256(f"{job.id}:{job.attempt}".encode()).digest()[:8], "big") / 2**64
     if roll < rate:
         raise reliableq.TransientError(f"dependency failed on attempt {job.attempt} (rate {rate:g})")
+
+
+# Flow control's kinds, registered only in the flow scenario's workers (BENCH_FLOW): a limited kind
+# makes every claim of a worker that knows it a transaction with the kind's locks.
+KEYS = 1000  # distinct concurrency keys of bench.keyed's jobs
+RATE = "1000000/m"  # bench.rated's limit: about 16,700 starts a second, far above the fleet's rate
+
+
+def keyed(job: ClaimedJob) -> None:
+    """Nothing, at most one RUNNING per concurrency key."""
+
+
+def rated(job: ClaimedJob) -> None:
+    """Nothing, under a rate limit the fleet never reaches."""
+
+
+def register_flow_kinds() -> None:
+    """In the flow scenario's workers (BENCH_FLOW) and in the bench process that enqueues their jobs."""
+    reliableq.handler("bench.keyed", max_running_per_key=1)(keyed)
+    reliableq.handler("bench.rated", rate_limit=RATE)(rated)
+
+
+if os.environ.get("BENCH_FLOW"):
+    register_flow_kinds()

@@ -114,10 +114,17 @@ class System:
 class ReliableQ(System):
     name = "ReliableQ"
     key = "reliableq"
-    KINDS = {"noop": "bench.noop", "sleep": "bench.sleep", "flaky": "bench.flaky", "hold": "bench.hold"}
+    KINDS = {
+        "noop": "bench.noop",
+        "sleep": "bench.sleep",
+        "flaky": "bench.flaky",
+        "hold": "bench.hold",
+        "keyed": "bench.keyed",
+        "rated": "bench.rated",
+    }
 
     def reset(self) -> None:
-        _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_job")
+        _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_job, reliableq_ratewindow")
 
     def load(self, n: int, job: str, payload: dict[str, Any] | None = None, *, queue: str = QUEUE) -> None:
         self.enqueue_bulk(n, job, payload, queue=queue)
@@ -134,10 +141,21 @@ class ReliableQ(System):
     def enqueue_bulk(
         self, n: int, job: str = "noop", payload: dict[str, Any] | None = None, *, queue: str = QUEUE
     ) -> None:
-        import reliableq
+        from reliableq import services
 
+        kind = self.KINDS.get(job, job)
         with transaction.atomic():
-            reliableq.enqueue_many(self.KINDS.get(job, job), [payload or {}] * n, queue=queue)
+            if job == "keyed":  # spread over the keys, in order, so that neighbours in the queue differ
+                from .jobs import KEYS
+
+                services.submit_many(
+                    [
+                        services.NewJob(kind=kind, payload=payload or {}, queue=queue, concurrency_key=f"k{i % KEYS}")
+                        for i in range(n)
+                    ]
+                )
+            else:
+                services.enqueue_many(kind, [payload or {}] * n, queue=queue)
 
     def unfinished(self) -> int:
         return _one("SELECT count(*) FROM reliableq_job WHERE status IN ('PENDING', 'RUNNING')")[0]

@@ -107,14 +107,11 @@ def submit(
     rules.queue_name(queue)
     rules.priority(priority)
     rules.run_at(run_at)
-    for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key), ("concurrency_key", concurrency_key)):
+    for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key)):
         if value is not None:
             rules.key(value, field=name)
-    if concurrency_key is not None and not handler.max_running_per_key:
-        raise InvalidJob(
-            f"Kind {kind!r} has no max_running_per_key, so a concurrency_key would limit nothing.",
-            field="concurrency_key",
-        )
+    if concurrency_key is not None:
+        _check_concurrency_key(handler, concurrency_key)
     encoded = rules.payload(payload)
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
@@ -179,6 +176,15 @@ def submit(
     return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True
 
 
+def _check_concurrency_key(handler: registry.Handler, key: str) -> None:
+    rules.key(key, field="concurrency_key")
+    if not handler.max_running_per_key:
+        raise InvalidJob(
+            f"Kind {handler.kind!r} has no max_running_per_key, so a concurrency_key would limit nothing.",
+            field="concurrency_key",
+        )
+
+
 def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | None) -> Job | None:
     """The job that holds one of these keys now: the dedupe key's (forever), else the unique key's
     active one (None if it has finished since the conflict)."""
@@ -208,6 +214,7 @@ class NewJob:
     priority: int = 0
     run_at: dt.datetime | None = None
     max_attempts: int | None = None
+    concurrency_key: str | None = None
     # The payload as the JSON to store, when the rules have already been applied (the API's parser).
     encoded: str | None = field(default=None, compare=False, repr=False)
 
@@ -230,17 +237,21 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
         budget = _budget(handler, new.max_attempts)
         encoded = new.encoded
-        if encoded is None:
-            try:
+        try:
+            if encoded is None:
                 rules.max_attempts(budget)
                 rules.queue_name(new.queue)
                 rules.priority(new.priority)
                 rules.run_at(new.run_at)
                 encoded = rules.payload(new.payload)
-            except InvalidJob as exc:
-                raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
-        rows.append((uuid.uuid4(), new.kind, new.queue, new.priority, encoded, budget, new.run_at))
-    ids, kinds, queues, priorities, payloads, budgets, run_ats = (list(column) for column in zip(*rows, strict=True))
+            if new.concurrency_key is not None:
+                _check_concurrency_key(handler, new.concurrency_key)
+        except InvalidJob as exc:
+            raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
+        rows.append((uuid.uuid4(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key))
+    ids, kinds, queues, priorities, payloads, budgets, run_ats, keys = (
+        list(column) for column in zip(*rows, strict=True)
+    )
     submitter = "" if submitted_by is None else submitted_by.get_username()
     with connection.cursor() as cursor:
         # One row comes back, not one per job: the transaction's time (every job's created_at,
@@ -249,11 +260,13 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             f"""
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, dedupe_scope, submitted_by, created_at, updated_at)
+                                   run_at, worker_id, last_error, dedupe_scope, submitted_by, concurrency_key,
+                                   created_at, updated_at)
                 SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
-                       GREATEST(COALESCE(n.run_at, now()), now()), '', '', '', %s, now(), now()
+                       GREATEST(COALESCE(n.run_at, now()), now()), '', '', '', %s, n.key, now(), now()
                   FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-                              %s::timestamptz[]) AS n(id, kind, queue, priority, payload, budget, run_at)
+                              %s::timestamptz[], %s::text[])
+                       AS n(id, kind, queue, priority, payload, budget, run_at, key)
                 RETURNING id, run_at, queue
             ),
             woken AS (
@@ -263,14 +276,14 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
                    array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken)
               FROM inserted
             """,
-            (submitter, ids, kinds, queues, priorities, payloads, budgets, run_ats),
+            (submitter, ids, kinds, queues, priorities, payloads, budgets, run_ats, keys),
         )
         now, count, later_ids, later_run_ats, _ = cursor.fetchone()
     if count != len(rows):
         raise AssertionError(f"submit_many stored {count} of {len(rows)} jobs")
     later = dict(zip(later_ids or [], later_run_ats or [], strict=True))
     made = []
-    for new, (job_id, kind, queue, priority, encoded, budget, _) in zip(jobs, rows, strict=True):
+    for new, (job_id, kind, queue, priority, encoded, budget, _, key) in zip(jobs, rows, strict=True):
         values = {
             "id": job_id, "kind": kind, "queue": queue, "priority": priority,
             # What a read of the row would give: the checked payload is plain JSON already.
@@ -278,7 +291,7 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget,
             "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
             "last_error": "", "dedupe_key": None, "dedupe_scope": "", "submitted_by": submitter,
-            "concurrency_key": None, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
+            "concurrency_key": key, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
             "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
         made.append(Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]))

@@ -33,13 +33,21 @@ def _rows(conn: psycopg.Connection[Any], sql: str, *params: Any) -> list[tuple[A
     return conn.execute(sql, params).fetchall()
 
 
-def check(conn: psycopg.Connection[Any], *, concurrency: int) -> Report:
+PER_KEY_LIMIT = 2  # test.per_key's max_running_per_key
+RATE_LIMIT = 10  # test.rated's starts per second
+
+
+def check(conn: psycopg.Connection[Any], *, concurrency: int, pauses: list[tuple[Any, Any]] | tuple[()] = ()) -> Report:
     report = Report()
     (total,) = conn.execute(f"SELECT count(*) FROM {JOB}").fetchone()  # type: ignore[misc]
 
-    # 1. Nothing lost, nothing stuck: every job SUCCEEDED or DEAD.
-    bad = _rows(conn, f"SELECT id, kind, status, attempts FROM {JOB} WHERE status NOT IN ('SUCCEEDED', 'DEAD')")
-    report.add("terminal", total, bad, "job neither SUCCEEDED nor DEAD")
+    # 1. Nothing lost, nothing stuck: every job SUCCEEDED or DEAD, or CANCELLED because someone asked.
+    bad = _rows(
+        conn,
+        f"SELECT id, kind, status, attempts FROM {JOB} WHERE status NOT IN ('SUCCEEDED', 'DEAD')"
+        " AND NOT (status = 'CANCELLED' AND cancel_requested_at IS NOT NULL)",
+    )
+    report.add("terminal", total, bad, "job neither SUCCEEDED nor DEAD (nor CANCELLED on request)")
 
     # 2. At most one charge per effect key; exactly one for every SUCCEEDED charge job, of the right amount.
     bad = _rows(conn, f"SELECT idempotency_key, count(*) FROM {CHARGE} GROUP BY 1 HAVING count(*) > 1")
@@ -114,4 +122,89 @@ def check(conn: psycopg.Connection[Any], *, concurrency: int) -> Report:
         concurrency,
     )
     report.add("in_flight_within_concurrency", total, bad, f"worker above --concurrency {concurrency}")
+    _flow_control(conn, report, total, pauses)
     return report
+
+
+def _flow_control(conn: psycopg.Connection[Any], report: Report, total: int, pauses: Any) -> None:
+    # 7. Per concurrency key, RUNNING attempts of test.per_key never above its limit (a sweep).
+    bad = _rows(
+        conn,
+        f"""
+        WITH attempts AS (
+            SELECT j.concurrency_key AS key, a.started_at, a.finished_at
+              FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id WHERE j.kind = 'test.per_key'
+        ),
+        edges AS (
+            SELECT key, started_at AS at, 1 AS delta FROM attempts
+            UNION ALL
+            SELECT key, finished_at, -1 FROM attempts WHERE finished_at IS NOT NULL
+        ),
+        running AS (
+            SELECT key, sum(delta) OVER (PARTITION BY key ORDER BY at, delta
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS in_flight
+              FROM edges
+        )
+        SELECT key, max(in_flight) FROM running GROUP BY key HAVING max(in_flight) > %s
+        """,
+        PER_KEY_LIMIT,
+    )
+    report.add("per_key_within_limit", total, bad, f"more than {PER_KEY_LIMIT} RUNNING for one concurrency_key")
+
+    # 8. Any one-second window holds at most RATE_LIMIT starts of test.rated.
+    bad = _rows(
+        conn,
+        f"""
+        WITH starts AS (
+            SELECT a.started_at FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id WHERE j.kind = 'test.rated'
+        )
+        SELECT s.started_at, (SELECT count(*) FROM starts t
+                               WHERE t.started_at >= s.started_at AND t.started_at < s.started_at + interval '1 second')
+          FROM starts s
+         WHERE (SELECT count(*) FROM starts t
+                 WHERE t.started_at >= s.started_at AND t.started_at < s.started_at + interval '1 second') > %s
+        """,
+        RATE_LIMIT,
+    )
+    report.add("rate_within_limit", total, bad, f"more than {RATE_LIMIT} starts of test.rated in one second")
+
+    # 9. A snooze gives its attempt back: one SNOOZED attempt per snooze, the budget grown by as many.
+    bad = _rows(
+        conn,
+        f"""
+        SELECT j.id, j.snoozes, j.max_attempts, (j.payload->>'budget')::int,
+               (SELECT count(*) FROM {ATTEMPT} a WHERE a.job_id = j.id AND a.outcome = 'SNOOZED')
+          FROM {JOB} j
+         WHERE j.kind = 'test.snooze'
+           AND (j.max_attempts <> (j.payload->>'budget')::int + j.snoozes
+                OR j.snoozes <> (SELECT count(*) FROM {ATTEMPT} a WHERE a.job_id = j.id AND a.outcome = 'SNOOZED'))
+        """,
+    )
+    report.add("snooze_spends_no_attempt", total, bad, "snoozes and budget disagree")
+
+    # 10. Nothing CANCELLED without a request; what was cancelled was stopped by its handler or its lease.
+    bad = _rows(
+        conn,
+        f"""
+        SELECT j.id, j.cancel_requested_at, a.outcome FROM {JOB} j
+          LEFT JOIN {ATTEMPT} a ON a.job_id = j.id AND a.number = j.attempts
+         WHERE j.status = 'CANCELLED'
+           AND (j.cancel_requested_at IS NULL OR a.outcome NOT IN ('CANCELLED', 'LEASE_EXPIRED'))
+        """,
+    )
+    report.add("cancelled_on_request", total, bad, "CANCELLED without a request or by another path")
+
+    # 11. No attempt of the paused queue started while it was paused.
+    examined, bad = 0, []
+    for paused_from, resumed_at in pauses:
+        if resumed_at is None:
+            continue
+        examined += 1
+        bad += _rows(
+            conn,
+            f"SELECT a.job_id, a.started_at FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id"
+            " WHERE j.queue = 'default' AND a.started_at > %s AND a.started_at < %s",
+            paused_from,
+            resumed_at,
+        )
+    report.add("no_claim_while_paused", examined, bad, "attempt started while its queue was paused")

@@ -80,6 +80,7 @@ class ChaosRun:
         self.incarnations = 0
         self.faults: Counter[str] = Counter()
         self.api: subprocess.Popen[bytes] | None = None
+        self.pauses: list[list[Any]] = []  # [paused from, resumed at] by database time
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -113,7 +114,8 @@ class ChaosRun:
         token = uuid.uuid4().hex
         with self.admin() as conn:
             conn.execute(
-                "TRUNCATE reliableq_attempt, reliableq_job, charges_charge, charges_chargerequest, "
+                "TRUNCATE reliableq_attempt, reliableq_job, reliableq_queuestate, reliableq_ratewindow, "
+                "charges_charge, charges_chargerequest, "
                 "charges_servicefault, authtoken_token, auth_user_user_permissions, auth_user CASCADE"
             )
             user_id = conn.execute(
@@ -147,6 +149,7 @@ class ChaosRun:
             CHARGES_SERVICE_URL=self.base_url,
             CHARGES_SERVICE_TOKEN=self.token,
             RELIABLEQ_LOG_LEVEL="WARNING",
+            RELIABLEQ_TEST_FLOW="1",
         )
         for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED"):
             env.pop(key, None)
@@ -176,28 +179,40 @@ class ChaosRun:
     # -- jobs -----------------------------------------------------------------------------
 
     def job_rows(self, n: int) -> list[tuple[Any, ...]]:
+        """(id, kind, payload, budget, concurrency_key): the mix of kinds, flow control's included."""
         rows = []
         for _ in range(n):
             roll = self.rng.random()
-            if roll < 0.35:
+            key = None
+            if roll < 0.30:
                 kind, payload, budget = "charge", {"amount": self.rng.randrange(100, 100000), "currency": "EUR"}, 8
-            elif roll < 0.60:
+            elif roll < 0.50:
                 kind, payload, budget = "chaos.flaky", {"rate": self.rng.choice([0.1, 0.3, 0.5])}, 6
-            elif roll < 0.67:
+            elif roll < 0.55:
                 kind, payload, budget = "test.permanent", {}, 5
-            elif roll < 0.72:
+            elif roll < 0.60:
                 kind, payload, budget = "chaos.slow", {"seconds": round(LEASE_SECONDS * 2, 2)}, 4
+            elif roll < 0.70:  # at most 2 RUNNING per key, fleet-wide
+                kind, payload, budget = "test.per_key", {"seconds": 0.05}, 6
+                key = f"k{self.rng.randrange(4)}"
+            elif roll < 0.75:  # at most 10 starts in any second, fleet-wide
+                kind, payload, budget = "test.rated", {}, 6
+            elif roll < 0.80:  # snoozes give their attempts back
+                budget = self.rng.choice([1, 3])
+                kind, payload = "test.snooze", {"times": self.rng.randint(1, 2), "seconds": 0.05, "budget": budget}
+            elif roll < 0.85:  # some are asked to stop while they run (the cancel_running event)
+                kind, payload, budget = "test.cancellable", {"seconds": 0.6}, 4
             else:
                 kind, payload, budget = "demo.noop", {}, 5
-            rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), kind, json.dumps(payload), budget))
+            rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), kind, json.dumps(payload), budget, key))
         return rows
 
     def enqueue(self, rows: list[tuple[Any, ...]]) -> None:
         with self.admin() as conn, conn.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts,"
-                " run_at, worker_id, last_error, created_at, updated_at)"
-                " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', now(), now())",
+                " run_at, worker_id, last_error, concurrency_key, created_at, updated_at)"
+                " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', %s, now(), now())",
                 rows,
             )
 
@@ -216,6 +231,9 @@ class ChaosRun:
             (start + span * 0.5, "service_healthy"),
         ]
         events += [(self.rng.uniform(0, span * 0.6), "enqueue_more")]
+        pause = self.rng.uniform(1, span * 0.7)
+        events += [(pause, "pause_queue"), (pause + self.rng.uniform(0.5, 2.0), "resume_queue")]
+        events += [(self.rng.uniform(1, span), "cancel_running") for _ in range(self.rng.randint(2, 4))]
         return sorted(events)
 
     def inject(self, event: str) -> None:
@@ -252,9 +270,43 @@ class ChaosRun:
         elif event == "enqueue_more":
             self.enqueue(self.late_rows)
             return
+        elif event == "pause_queue":
+            with self.admin() as conn:
+                conn.execute(
+                    "INSERT INTO reliableq_queuestate (name, paused_at, paused_by) VALUES ('default', now(), 'chaos')"
+                    " ON CONFLICT (name) DO UPDATE SET paused_at = now(), paused_until = NULL"
+                )
+                # Committed now: no claim that starts from here on may take a job of the queue.
+                self.pauses.append([conn.execute("SELECT clock_timestamp()").fetchone()[0], None])  # type: ignore[index]
+        elif event == "resume_queue":
+            self.resume_queue()
+        elif event == "cancel_running":
+            # What services.cancel does to a RUNNING job: ask; the worker learns it at its next renewal.
+            with self.admin() as conn:
+                conn.execute(
+                    "UPDATE reliableq_job SET cancel_requested_at = now() "
+                    "WHERE status = 'RUNNING' AND kind = 'test.cancellable' AND cancel_requested_at IS NULL"
+                )
         else:
             return
         self.faults[event] += 1
+
+    def resume_queue(self) -> None:
+        """End the open pause (retrying through a database restart); the window closes before the resume."""
+        if not self.pauses or self.pauses[-1][1] is not None:
+            return
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with self.admin() as conn:
+                    self.pauses[-1][1] = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+                    conn.execute("UPDATE reliableq_queuestate SET paused_at = NULL WHERE name = 'default'")
+                    conn.execute("SELECT pg_notify('reliableq', 'default')")
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def supervise(self, *, faults: bool) -> None:
         """Restart workers that died, resume workers stopped past their lease: what a supervisor does."""
@@ -305,7 +357,7 @@ class ChaosRun:
         outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
         outcome.faults = self.faults + self.crash_counts()
         with self.admin() as conn:
-            outcome.report = check(conn, concurrency=CONCURRENCY)
+            outcome.report = check(conn, concurrency=CONCURRENCY, pauses=[tuple(p) for p in self.pauses])
             outcome.statuses = Counter(
                 dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall())
             )
@@ -317,6 +369,7 @@ class ChaosRun:
 
     def settle(self) -> None:
         """Faults off: replace crash-prone workers with clean ones and wait until every job is finished."""
+        self.resume_queue()
         for worker in list(self.workers):
             if worker.stopped_until:
                 worker.process.send_signal(signal.SIGCONT)
@@ -329,7 +382,7 @@ class ChaosRun:
             try:
                 with self.admin() as conn:
                     (left,) = conn.execute(
-                        "SELECT count(*) FROM reliableq_job WHERE status NOT IN ('SUCCEEDED', 'DEAD')"
+                        "SELECT count(*) FROM reliableq_job WHERE status NOT IN ('SUCCEEDED', 'DEAD', 'CANCELLED')"
                     ).fetchone()  # type: ignore[misc]
             except psycopg.OperationalError:
                 left = -1

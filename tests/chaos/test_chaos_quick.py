@@ -26,4 +26,5 @@ def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -
     assert outcome.faults["sigkill"] >= 2
     assert outcome.faults["sigstop"] >= 1
     assert outcome.faults["terminate_backends"] >= 1
+    assert outcome.faults["pause_queue"] == 1 and outcome.faults["cancel_running"] >= 2
     assert sum(outcome.statuses.values()) == outcome.jobs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
@@ -23,15 +24,20 @@ def job(
     payload: str = "{}",
     last_error: str = "",
     token: uuid.UUID | None = None,
+    key: str | None = None,
+    snoozes: int = 0,
+    cancel_requested: bool = False,
 ) -> uuid.UUID:
     job_id = uuid.uuid4()
     conn.execute(
         "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,"
-        " worker_id, last_error, lease_token, lease_expires_at, created_at, updated_at)"
+        " worker_id, last_error, lease_token, lease_expires_at, concurrency_key, snoozes, cancel_requested_at,"
+        " created_at, updated_at)"
         " VALUES (%s, %s, 'default', 0, %s::jsonb, %s, %s, %s, now(), 'w1', %s, %s,"
-        " CASE WHEN %s::uuid IS NULL THEN NULL ELSE now() END, now(), now())",
-        (job_id, kind, payload, status, attempts, max_attempts, last_error, token, token),
-    )
+        " CASE WHEN %s::uuid IS NULL THEN NULL ELSE now() END, %s, %s, CASE WHEN %s THEN now() END, now(), now())",
+        (job_id, kind, payload, status, attempts, max_attempts, last_error, token, token, key, snoozes,
+         cancel_requested),
+    )  # fmt: skip
     return job_id
 
 
@@ -120,3 +126,50 @@ def test_an_open_attempt_or_a_left_lease_is_reported(conn: psycopg.Connection[An
     attempt(conn, held, 1, "RUNNING", end=None)
     found = names(conn)
     assert {"attempts_closed", "no_lease_left"} <= found
+
+
+def test_more_than_the_per_key_limit_running_at_once_is_reported(conn: psycopg.Connection[Any]) -> None:
+    for i in range(3):
+        same_key = job(conn, status="SUCCEEDED", attempts=1, kind="test.per_key", key="k1")
+        attempt(conn, same_key, 1, "SUCCEEDED", worker=f"w{i}", start=i * 0.1, end=5)
+    assert "per_key_within_limit" in names(conn)
+
+
+def test_two_keys_at_their_limit_pass(conn: psycopg.Connection[Any]) -> None:
+    for i in range(4):
+        keyed = job(conn, status="SUCCEEDED", attempts=1, kind="test.per_key", key=f"k{i % 2}")
+        attempt(conn, keyed, 1, "SUCCEEDED", worker=f"w{i}", start=i * 0.1, end=5)
+    assert "per_key_within_limit" not in names(conn)
+
+
+def test_eleven_starts_in_one_second_of_a_10_per_second_kind_are_reported(conn: psycopg.Connection[Any]) -> None:
+    for i in range(11):
+        rated = job(conn, status="SUCCEEDED", attempts=1, kind="test.rated")
+        attempt(conn, rated, 1, "SUCCEEDED", worker=f"w{i}", start=i * 0.09, end=i * 0.09 + 0.01)
+    assert "rate_within_limit" in names(conn, concurrency=20)
+
+
+def test_a_snooze_that_spent_an_attempt_is_reported(conn: psycopg.Connection[Any]) -> None:
+    snoozed = job(conn, status="SUCCEEDED", attempts=2, max_attempts=1, kind="test.snooze", payload='{"budget": 1}')
+    attempt(conn, snoozed, 1, "SNOOZED")
+    attempt(conn, snoozed, 2, "SUCCEEDED", start=2, end=3)
+    assert "snooze_spends_no_attempt" in names(conn)  # snoozes = 0: the budget grew without a snooze counted
+
+
+def test_a_cancel_nobody_asked_for_is_reported(conn: psycopg.Connection[Any]) -> None:
+    cancelled = job(conn, status="CANCELLED", attempts=1, kind="test.cancellable")
+    attempt(conn, cancelled, 1, "CANCELLED")
+    assert {"terminal", "cancelled_on_request"} <= names(conn)
+    asked = job(conn, status="CANCELLED", attempts=1, kind="test.cancellable", cancel_requested=True)
+    attempt(conn, asked, 1, "CANCELLED", start=2, end=3)
+    assert not [v for v in check(conn, concurrency=4).violations if str(asked) in v]
+
+
+def test_a_start_inside_a_pause_is_reported(conn: psycopg.Connection[Any]) -> None:
+    started = job(conn, status="SUCCEEDED", attempts=1)
+    attempt(conn, started, 1, "SUCCEEDED", start=5, end=6)
+    (base,) = conn.execute("SELECT '2030-01-01'::timestamptz").fetchone()  # type: ignore[misc]
+    inside = [(base + dt.timedelta(seconds=4), base + dt.timedelta(seconds=7))]
+    outside = [(base + dt.timedelta(seconds=6), base + dt.timedelta(seconds=9))]
+    assert "no_claim_while_paused" in check(conn, concurrency=4, pauses=inside).names
+    assert "no_claim_while_paused" not in check(conn, concurrency=4, pauses=outside).names
