@@ -49,6 +49,7 @@ RETURN_VALUE = ReturnValue._meta.db_table
 QUEUE = QueueState._meta.db_table
 RATE = RateWindow._meta.db_table
 RATE_BUCKETS = 20  # a rate window is counted in this many buckets (see RateWindow)
+RATE_SHARDS = 8  # a rated kind's N is shared by up to this many rows, each locked by one claimer at a time
 KEY_CANDIDATES = 4  # a per-key claim looks at this many due rows per free slot, past saturated keys
 RESCUE_BATCH = 100
 DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read
@@ -181,17 +182,108 @@ def claim(
         guard_claims(queues, limit)
     if not rescue and not controlled:
         return _take(queues, limit, worker_id, lease_seconds), []
-    with transaction.atomic():
-        rescued = _rescue_expired(queues) if rescue else []
+    # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
+    # others need locks held from one statement to the next, so a transaction.
+    rated = {kind: lim.rate for kind, lim in controlled.items() if lim.rate and not (lim.max_running or lim.per_key)}
+    locked = {kind: lim for kind, lim in controlled.items() if kind not in rated}
+    rescued: list[Rescued] = []
+    if rescue or locked:
+        with transaction.atomic():
+            rescued = _rescue_expired(queues) if rescue else []
+            jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)))
+            # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
+            # rate window, its keys by hash): two claimers never wait for each other in a cycle.
+            for kind, kind_limits in sorted(locked.items()):
+                room = limit - len(jobs)
+                if room <= 0:
+                    break
+                jobs += _take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
+    else:
         jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)))
-        # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
-        # rate window, its keys by hash): two claimers never wait for each other in a cycle.
-        for kind, kind_limits in sorted(controlled.items()):
-            room = limit - len(jobs)
-            if room <= 0:
-                break
-            jobs += _take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
+    for kind, rate in sorted(rated.items()):
+        room = limit - len(jobs)
+        if room <= 0:
+            break
+        jobs += _take_rated(queues, room, worker_id, lease_seconds, kind, rate)
     return jobs, rescued
+
+
+def _take_rated(
+    queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, rate: Rate
+) -> list[ClaimedJob]:
+    """Claim jobs of a kind limited by its rate alone: one statement locks a shard of the kind's
+    window that has room, takes what that room allows and records the starts (_rated_sql). The
+    shards are made on first use."""
+    statement = _rated_sql(queues, room, kind, rate)
+    jobs, _ = _claim(statement, worker_id, lease_seconds)
+    if jobs:
+        return jobs
+    with connection.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
+        cursor.execute(
+            f"INSERT INTO {RATE} (kind, shard, buckets, counts)"
+            f" SELECT %s, shard, '{{}}', '{{}}' FROM generate_series(0, %s - 1) AS shard"
+            " ON CONFLICT (kind, shard) DO NOTHING",
+            [kind, rate_shards(rate)],
+        )
+        made = cursor.rowcount > 0
+    return _claim(statement, worker_id, lease_seconds)[0] if made else []
+
+
+def rate_shards(rate: Rate) -> int:
+    """How many rows share a rated kind's N: one per 64 of N, up to 8, so that up to 8 claimers
+    at once need not wait; a small N stays whole, so one claim can use all of its room."""
+    return max(1, min(RATE_SHARDS, rate.count // 64))
+
+
+@functools.lru_cache(maxsize=256)
+def _rated_sql(queues: tuple[str, ...], limit: int, kind: str, rate: Rate) -> tuple[str, tuple[Any, ...]]:
+    """The claim of a rate-limited kind as one statement (see models.RateWindow for the counting).
+
+    `rate_window` locks one shard with room, skipping shards other claimers hold; shard s may
+    start N // K starts, plus one for the first N % K shards, so the shares add up to N. Its
+    FOR UPDATE re-checks the room on the shard's newest version, so the room is counted from
+    every start committed before. The pick may see, in this statement's snapshot, jobs that
+    another claimer took since; their locks, re-checked, show them RUNNING and they are passed
+    over. The starts are recorded at statement_timestamp(), the attempts' own start, in the same
+    statement. With no shard found (none made yet, or all full or busy), nothing is taken.
+    """
+    picked_sql, picked_params = _picked_sql(queues, limit, (), kind)
+    buckets, span, shards = RATE_BUCKETS, float(rate.seconds), rate_shards(rate)
+    now_bucket = f"floor(extract(epoch FROM statement_timestamp()) * {buckets} / {span!r})::bigint"
+    share = f"({rate.count // shards} + CASE WHEN r.shard < {rate.count % shards} THEN 1 ELSE 0 END)"
+    used = (
+        "coalesce((SELECT sum(u.c) FROM unnest(r.buckets, r.counts) AS u(b, c)"
+        f" WHERE u.b >= {now_bucket} - {buckets}), 0)"
+    )
+    window = f"""
+        rate_window AS MATERIALIZED (
+            SELECT r.id, r.buckets, r.counts, {now_bucket} AS now_bucket, {share} - {used} AS room
+              FROM {RATE} r
+             WHERE r.kind = %s AND r.shard < {shards} AND {share} - {used} > 0
+             ORDER BY r.shard
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED
+        ),
+        picked AS MATERIALIZED (
+            SELECT id FROM ({picked_sql}) AS due LIMIT coalesce((SELECT room FROM rate_window), 0)
+        )"""
+    recorded = f"""
+            recorded AS (
+                UPDATE {RATE} r SET (buckets, counts) = (
+                    SELECT coalesce(array_agg(b ORDER BY b), '{{}}'), coalesce(array_agg(c ORDER BY b), '{{}}')
+                      FROM (SELECT kept.b, sum(kept.c)::int AS c FROM (
+                                SELECT u.b, u.c FROM rate_window w, unnest(w.buckets, w.counts) AS u(b, c)
+                                 WHERE u.b >= w.now_bucket - {buckets}
+                                UNION ALL
+                                SELECT w.now_bucket, (SELECT count(*) FROM claimed)::int FROM rate_window w
+                            ) AS kept GROUP BY kept.b) AS summed)
+                 WHERE r.id = (SELECT id FROM rate_window) AND EXISTS (SELECT 1 FROM claimed)
+            ),"""
+    sql = _claim_sql("SELECT id FROM picked").replace(
+        "WITH picked AS MATERIALIZED (SELECT id FROM picked),", f"WITH {window},", 1
+    )
+    sql = sql.replace("            opened AS (", recorded + "\n            opened AS (", 1)
+    return sql, (kind, *picked_params)
 
 
 def _take_limited(
@@ -216,7 +308,11 @@ def _take_limited(
 
 @dataclass(slots=True)
 class _RateWindow:
-    """A rate-limited kind's window, locked for this claim transaction (see models.RateWindow)."""
+    """A rate-limited kind's window, locked for this claim transaction (see models.RateWindow).
+
+    For a kind that is also capped or limited per key: one shard, the whole of N, locked with
+    the kind's other locks in the claim transaction.
+    """
 
     kind: str
     rate: Rate
@@ -233,8 +329,8 @@ class _RateWindow:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
-                INSERT INTO {RATE} (kind, buckets, counts) VALUES (%s, '{{}}', '{{}}')
-                ON CONFLICT (kind) DO UPDATE SET kind = EXCLUDED.kind
+                INSERT INTO {RATE} (kind, shard, buckets, counts) VALUES (%s, 0, '{{}}', '{{}}')
+                ON CONFLICT (kind, shard) DO UPDATE SET kind = EXCLUDED.kind
                 RETURNING buckets, counts, statement_timestamp()
                 """,
                 [kind],
@@ -254,7 +350,7 @@ class _RateWindow:
         kept[now] = kept.get(now, 0) + started
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {RATE} SET buckets = %s, counts = %s WHERE kind = %s",
+                f"UPDATE {RATE} SET buckets = %s, counts = %s WHERE kind = %s AND shard = 0",
                 [list(kept), list(kept.values()), self.kind],
             )
 

@@ -222,20 +222,26 @@ class QueueState(models.Model):
 
 
 class RateWindow(models.Model):
-    """The recent starts of a rate-limited kind, counted per bucket of database time.
+    """One shard of the recent starts of a rate-limited kind, counted per bucket of database time.
 
-    A bucket is a twentieth of the limit's window, numbered from the epoch. A claim of the kind
-    locks this row, sums the buckets that overlap the window ending now (a partial bucket counts
-    whole, so the sum never undercounts), takes at most the room left, and adds its own starts:
-    any window of the limit's length then holds at most N starts.
+    A bucket is a twentieth of the limit's window, numbered from the epoch. A claim locks one
+    shard, sums the buckets that overlap the window ending now (a partial bucket counts whole,
+    so the sum never undercounts), takes at most the room the shard's share of N leaves, and
+    adds its own starts. The shares add up to N, so any window of the limit's length holds at
+    most N starts; with several shards (up to 8), concurrent claimers lock different rows
+    instead of queueing behind one.
     """
 
-    kind = models.CharField(max_length=200, primary_key=True)
+    kind = models.CharField(max_length=200)
+    shard = models.PositiveSmallIntegerField(default=0)
     buckets = ArrayField(models.BigIntegerField(), default=list)
     counts = ArrayField(models.IntegerField(), default=list)
 
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "shard"], name="reliableq_ratewindow_kind_shard")]
+
     def __str__(self) -> str:
-        return f"rate window of {self.kind}"
+        return f"rate window of {self.kind}, shard {self.shard}"
 
 
 class Leader(models.Model):

@@ -23,7 +23,9 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="RateWindow",
             fields=[
-                ("kind", models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(max_length=200)),
+                ("shard", models.PositiveSmallIntegerField(default=0)),
                 (
                     "buckets",
                     django.contrib.postgres.fields.ArrayField(
@@ -92,5 +94,9 @@ class Migration(migrations.Migration):
                 fields=("kind", "dedupe_scope", "unique_key"),
                 name="reliableq_job_unique_active",
             ),
+        ),
+        migrations.AddConstraint(
+            model_name="ratewindow",
+            constraint=models.UniqueConstraint(fields=("kind", "shard"), name="reliableq_ratewindow_kind_shard"),
         ),
     ]

@@ -184,6 +184,51 @@ def test_every_window_of_a_10_per_second_kind_holds_at_most_10_starts() -> None:
     assert worst <= 10
 
 
+def test_the_rate_limit_holds_across_concurrent_claimers() -> None:
+    reliableq.enqueue_many("test.rated", [{"n": n} for n in range(60)])
+    go = threading.Barrier(8)
+
+    def claimer(n: int) -> int:
+        go.wait()
+        taken = 0
+        deadline = db_now() + dt.timedelta(seconds=2.5)
+        while db_now() < deadline:
+            jobs = claim_limited(f"w{n}", limit=3)
+            taken += len(jobs)
+            leases.finish(
+                [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
+            )
+        return taken
+
+    total = sum(future.result(timeout=120) for future in [spawn(claimer, n) for n in range(8)])
+    starts = sorted(Attempt.objects.filter(job__kind="test.rated").values_list("started_at", flat=True))
+    assert total == len(starts) >= 20  # the limit let work through, about 10 a second
+    worst = max(sum(1 for t in starts[i:] if t - s < dt.timedelta(seconds=1)) for i, s in enumerate(starts))
+    assert worst <= 10
+
+
+def test_a_wide_rate_is_shared_by_shards_that_add_up_to_n() -> None:
+    reliableq.handler("test.rated_wide", rate_limit="128/s")(rated)  # two shards of 64
+    reliableq.enqueue_many("test.rated_wide", [{"n": n} for n in range(300)])
+
+    taken = [len(claim_limited(limit=100)) for _ in range(3)]
+
+    assert taken == [64, 64, 0]  # one shard per claim; both spent, the window is full
+    from reliableq.models import RateWindow
+
+    assert sorted(RateWindow.objects.filter(kind="test.rated_wide").values_list("shard", flat=True)) == [0, 1]
+
+
+def test_a_lost_rate_window_row_is_made_again_before_any_start() -> None:
+    from reliableq.models import RateWindow
+
+    reliableq.enqueue_many("test.rated", [{"n": n} for n in range(15)])
+    assert len(claim_limited(limit=5)) == 5
+    RateWindow.objects.all().delete()  # as a TRUNCATE by an operator would
+    assert len(claim_limited(limit=50)) == 10  # a fresh window: the rate's full room, no more
+    assert claim_limited(limit=50) == []
+
+
 def test_rate_parsing_refuses_what_it_cannot_mean() -> None:
     assert str(registry.Rate.parse("100/m")) == "100/m"
     for bad in ["10", "10/d", "0/s", "-1/s", "x/s", "10/ s"]:
