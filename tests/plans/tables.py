@@ -24,7 +24,7 @@ RETURN_VALUE = ReturnValue._meta.db_table
 TABLES = (JOB, ATTEMPT, RETURN_VALUE)
 
 KIND = "demo.noop"  # registered by testproject, so services.submit accepts it
-CAPPED = "plans.capped"  # a kind with a max_running cap: every tenth job
+CAPPED = "plans.capped"  # a kind with a max_running cap (or other limits): every tenth job, with one of 100 keys
 QUEUES = ("default", "reports")  # every fourth job is in "reports"
 WORKERS = 8  # RUNNING rows belong to workers w-0 .. w-7
 
@@ -104,14 +104,15 @@ def _jobs(count: int, columns: dict[str, str]) -> None:
         f"""
         INSERT INTO {JOB} (id, kind, queue, priority, payload, max_attempts, last_error, dedupe_scope,
                            created_at, updated_at, status, attempts, worker_id, run_at, lease_token,
-                           lease_expires_at, finished_at)
+                           lease_expires_at, finished_at, concurrency_key)
         SELECT gen_random_uuid(),
                CASE WHEN g %% 10 = 0 THEN %s ELSE %s END,
                CASE WHEN g %% 4 = 0 THEN %s ELSE %s END,
                (g %% 5 = 0)::int, jsonb_build_object('n', g), 5, '', '',
                now() - interval '3 days' + g * interval '1 ms', now(),
                {c["status"]}, {c["attempts"]}, {c["worker_id"]}, {c["run_at"]}, {c["lease_token"]},
-               {c["lease_expires_at"]}, {c["finished_at"]}
+               {c["lease_expires_at"]}, {c["finished_at"]},
+               CASE WHEN g %% 10 = 0 THEN 'k' || (g %% 1000) END
           FROM generate_series(1, %s) g
         """,
         [CAPPED, KIND, QUEUES[1], QUEUES[0], count],

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from reliableq import leases, planguard, services
 from reliableq.leases import Finish
 from reliableq.models import JobStatus, Outcome
+from reliableq.registry import Limits, Rate
 
 from . import tables
 from .explain import Plan, capture, quiet
@@ -63,6 +64,31 @@ def claim_capped() -> object:
     """A worker with a capped kind: the other kinds, the cap's count, then the capped kind."""
     return leases.claim(
         worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, caps={tables.CAPPED: 2_000}, rescue=False
+    )
+
+
+def claim_keyed() -> object:
+    """A worker with a per-key limit: the other kinds, then the kind's pick past saturated keys,
+    the keys' locks, their RUNNING counts and the claim by id."""
+    return leases.claim(
+        worker_id=WORKER,
+        queues=tables.QUEUES,
+        limit=10,
+        lease_seconds=30,
+        limits={tables.CAPPED: Limits(per_key=1)},
+        rescue=False,
+    )
+
+
+def claim_rated() -> object:
+    """A worker with a rated kind: the other kinds, then one statement on a shard of its window."""
+    return leases.claim(
+        worker_id=WORKER,
+        queues=tables.QUEUES,
+        limit=10,
+        lease_seconds=30,
+        limits={tables.CAPPED: Limits(rate=Rate(100_000, 60.0))},
+        rescue=False,
     )
 
 
@@ -176,6 +202,22 @@ STATEMENTS = [
         name="claim_capped",
         call=claim_capped,
         what="claim 10 with a capped kind: the others, the kind's RUNNING count, then the kind",
+        buffers=1_500,
+        rows=2_500,
+        guard=lambda: guard_claim(tables.QUEUES),
+    ),
+    Statement(
+        name="claim_keyed",
+        call=claim_keyed,
+        what="claim 10 with a per-key limit: the others, then the kind past saturated keys",
+        buffers=3_000,
+        rows=2_500,
+        guard=lambda: guard_claim(tables.QUEUES),
+    ),
+    Statement(
+        name="claim_rated",
+        call=claim_rated,
+        what="claim 10 with a rated kind: the others, then one statement on a shard of its window",
         buffers=1_500,
         rows=2_500,
         guard=lambda: guard_claim(tables.QUEUES),
