@@ -33,7 +33,7 @@ __all__ = [
 
 
 def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:
-    """Store a job in the caller's transaction and return it (see reliableq.services.enqueue)."""
+    """Store a job in the caller's transaction on the queue's database; return it (reliableq.services.enqueue)."""
     from .services import enqueue as _enqueue  # models load only once apps are ready
 
     return _enqueue(kind, payload, **options)

@@ -1,9 +1,11 @@
-"""Is this process ready to serve: does the database answer, and is ReliableQ's schema in place?"""
+"""Is this process ready to serve: does the queue's database answer, and is ReliableQ's schema in place there?"""
 
 from __future__ import annotations
 
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError
 from django.db.migrations.executor import MigrationExecutor
+
+from . import db
 
 _migrated = False  # once true it stays true for this process: migrations do not go backwards
 
@@ -11,6 +13,7 @@ _migrated = False  # once true it stays true for this process: migrations do not
 def problems() -> list[str]:
     """What keeps this process from being ready; empty when it is ready."""
     global _migrated
+    connection = db.connection()
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -20,7 +23,10 @@ def problems() -> list[str]:
                 m for m, _ in executor.migration_plan(executor.loader.graph.leaf_nodes()) if m.app_label == "reliableq"
             ]
             if pending:
-                return [f"{len(pending)} ReliableQ migration(s) not applied: run manage.py migrate"]
+                command = "manage.py migrate" + (
+                    "" if connection.alias == "default" else f" --database {connection.alias}"
+                )
+                return [f"{len(pending)} ReliableQ migration(s) not applied: run {command}"]
             _migrated = True
     except (DatabaseError, InterfaceError) as exc:
         connection.close()

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import connection
-
+from . import db
 from .models import Attempt, Job, ReturnValue
 
 TABLES = (Job._meta.db_table, Attempt._meta.db_table, ReturnValue._meta.db_table)
@@ -31,7 +30,7 @@ class Horizon:
 
 def horizon() -> Horizon:
     """The oldest holder of this database's xmin horizon, by database time."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             """
             WITH holders AS (
@@ -59,7 +58,7 @@ def horizon() -> Horizon:
 
 def dead_tuples() -> dict[str, int]:
     """Dead row versions per queue table, as the statistics collector last counted them."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)", [list(TABLES)])
         found = dict(cursor.fetchall())
     return {table: int(found.get(table, 0)) for table in TABLES}

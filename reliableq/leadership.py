@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import connection
-
+from . import db
 from .models import Leader
 
 LEADER = Leader._meta.db_table
@@ -23,7 +22,7 @@ def lead(name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> 
     token extends the lease; a free or expired duty is taken under a new token; anything else
     (another holder's unexpired lease, a stale token) leaves the row alone and answers None.
     """
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {LEADER} (name, holder, token, expires_at)
@@ -46,6 +45,6 @@ def lead(name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> 
 
 def resign(name: str, *, token: uuid.UUID) -> bool:
     """Give the duty up at once (a worker shutting down), if it is still held under `token`."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(f"DELETE FROM {LEADER} WHERE name = %s AND token = %s", [name, token])
         return cursor.rowcount == 1

@@ -33,11 +33,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from . import faults, planguard
+from . import db, faults, planguard
 from .models import Attempt, Job, JobStatus, QueueState, RateWindow, ReturnValue
 from .registry import Limits, Rate
 
@@ -119,7 +118,7 @@ class FinishResult:
 
 
 def _sql(queryset: Any) -> tuple[str, tuple[Any, ...]]:
-    sql, params = queryset.query.get_compiler(connection=connection).as_sql()
+    sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
     return sql, tuple(params)
 
 
@@ -188,7 +187,7 @@ def claim(
     locked = {kind: lim for kind, lim in controlled.items() if kind not in rated}
     rescued: list[Rescued] = []
     if rescue or locked:
-        with transaction.atomic():
+        with db.atomic():
             rescued = _rescue_expired(queues) if rescue else []
             jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)))
             # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
@@ -218,7 +217,7 @@ def _take_rated(
     jobs, _ = _claim(statement, worker_id, lease_seconds)
     if jobs:
         return jobs
-    with connection.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
+    with db.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
         cursor.execute(
             f"INSERT INTO {RATE} (kind, shard, buckets, counts)"
             f" SELECT %s, shard, '{{}}', '{{}}' FROM generate_series(0, %s - 1) AS shard"
@@ -326,7 +325,7 @@ class _RateWindow:
     @classmethod
     def lock(cls, kind: str, rate: Rate) -> _RateWindow:
         """Lock the kind's row (made on first use) and count the starts in the window ending now."""
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(
                 f"""
                 INSERT INTO {RATE} (kind, shard, buckets, counts) VALUES (%s, 0, '{{}}', '{{}}')
@@ -348,7 +347,7 @@ class _RateWindow:
         now = self.bucket(at)
         kept = {b: c for b, c in zip(self.buckets, self.counts, strict=True) if b >= now - RATE_BUCKETS}
         kept[now] = kept.get(now, 0) + started
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {RATE} SET buckets = %s, counts = %s WHERE kind = %s AND shard = 0",
                 [list(kept), list(kept.values()), self.kind],
@@ -365,7 +364,7 @@ def _pick_per_key(queues: tuple[str, ...], room: int, kind: str, per_key: int) -
     PENDING, locked only until this transaction ends.
     """
     sql, params = _picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key)
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         candidates = cursor.fetchall()  # (id, concurrency_key), best first
         keys = sorted({key for _, key in candidates if key is not None})
@@ -409,7 +408,7 @@ def _room_for(kind: str, cap: int) -> int:
     The transaction-scoped advisory lock makes concurrent claimers of one capped kind take
     turns, so two of them can never both see room for the same last slot.
     """
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"reliableq:max_running:{kind}"])
         # Counted over the RUNNING rows only (the lease index), the kind compared above the
         # OFFSET 0 fence: given `kind = %s` down there, the planner may read the kind's whole
@@ -522,7 +521,7 @@ def _picked_sql(
             due = due.exclude(_key_saturated(per_key))
         ordered = due.order_by("priority", "run_at").values(*columns)
         arms.append(ordered.select_for_update(skip_locked=True)[:limit])
-    with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
+    with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         compiled = [_sql(arm) for arm in arms]
     picked = "id, concurrency_key" if per_key else "id"
     if len(compiled) == 1:
@@ -538,7 +537,7 @@ def _claim(
 ) -> tuple[list[ClaimedJob], Any]:
     """Run a claim statement; return the jobs it took and its database time (None if it took none)."""
     sql, picked_params = statement
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
         rows = cursor.fetchall()
     jobs = [
@@ -587,7 +586,7 @@ def rescue() -> list[Rescued]:
     The fleet's maintenance leader calls this once per interval (reliableq.worker.maintenance);
     claims then need no rescue of their own.
     """
-    with transaction.atomic():
+    with db.atomic():
         return _rescue_expired(())
 
 
@@ -599,7 +598,7 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
     still spends its budget and ends DEAD here.
     """
     sql, params = _rescue_sql(tuple(queues))
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         rescued = [Rescued(*row) for row in cursor.fetchall()]
     for r in rescued:
@@ -628,7 +627,7 @@ def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
     if queues:  # none: every queue (the maintenance leader's rescue, for the whole fleet)
         found = found.filter(_filter_only("queue = ANY(%s)", [list(queues)]))
     expired = found.order_by("lease_expires_at").values("id").select_for_update(skip_locked=True)[:RESCUE_BATCH]
-    with transaction.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
+    with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         expired_sql, expired_params = _sql(expired)
     return (
         f"""
@@ -673,7 +672,7 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
     if not leases:
         return {}
     ids, tokens = zip(*leases, strict=True)
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {JOB} j
@@ -700,7 +699,7 @@ def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> 
         return set()
     ids, tokens = zip(*leases, strict=True)
     # A lease token belongs to one attempt of its job: `found` holds it, by one probe per job.
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH lost AS MATERIALIZED (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
@@ -731,8 +730,8 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
     per process, so every such row is ours; requeue it now instead of waiting for its lease.
     Attempts stay counted: the claim happened.
     """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
+    with db.atomic():
+        with db.cursor() as cursor:
             cursor.execute(
                 f"""
                 WITH orphans AS MATERIALIZED (
@@ -764,7 +763,7 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
 
 def _store_returns(finishes: Sequence[Finish]) -> None:
     """Inside the finish transaction: keep the return values of the attempts that passed the fence."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {RETURN_VALUE} (job_id, value)
@@ -789,8 +788,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     )
     # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     # attempts could be planned as a scan of them for each row of `closing`.
-    with transaction.atomic():
-        with connection.cursor() as cursor:
+    with db.atomic():
+        with db.cursor() as cursor:
             cursor.execute(
                 f"""
                 WITH v AS (

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import connection
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import horizon, stats
+from . import db, horizon, stats
 from .models import Attempt, Job, JobStatus, Outcome
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -23,7 +22,7 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 def histograms() -> dict[str, tuple[list[int], float, int]]:
     """Per kind: cumulative counts per bucket, the sum and the count of finished attempt durations."""
     bucket_sql = ", ".join(f"count(*) FILTER (WHERE d <= {b})" for b in BUCKETS)
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT kind, {bucket_sql}, COALESCE(sum(d), 0), count(*)
@@ -40,7 +39,7 @@ def histograms() -> dict[str, tuple[list[int], float, int]]:
 
 def attempts_by_outcome() -> dict[str, int]:
     counts = {o: 0 for o in Outcome.values}
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(f"SELECT outcome, count(*) FROM {Attempt._meta.db_table} GROUP BY outcome")
         counts.update(dict(cursor.fetchall()))
     return counts

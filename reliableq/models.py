@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from typing import TypeVar
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+
+from . import db
 
 
 class JobStatus(models.TextChoices):
@@ -31,6 +34,21 @@ class Outcome(models.TextChoices):
 
 
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class QueueManager(models.Manager[_M]):
+    """Reads and writes the queue's database (RELIABLEQ["DATABASE"]), unless told another by db_manager().
+
+    Every manager of the queue's models is one, so the admin's querysets, DRF views, related
+    managers (job.attempt_set) and prefetches reach the queue's tables without a database router.
+    """
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        queryset = super().get_queryset()
+        return queryset if self._db is not None else queryset.using(db.alias())
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -88,7 +106,7 @@ class Job(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
 
-    objects = JobQuerySet.as_manager()
+    objects = QueueManager.from_queryset(JobQuerySet)()
 
     class Meta:
         ordering = ["-created_at"]
@@ -165,6 +183,8 @@ class Attempt(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)
     error = models.TextField(blank=True, default="")
 
+    objects = QueueManager["Attempt"]()
+
     class Meta:
         ordering = ["job", "number"]
         indexes = [
@@ -187,6 +207,8 @@ class ReturnValue(models.Model):
 
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="return_value")
     value = models.JSONField(null=True)
+
+    objects = QueueManager["ReturnValue"]()
 
     def __str__(self) -> str:
         return f"return value of {self.job_id}"
@@ -214,6 +236,8 @@ class QueueState(models.Model):
     paused_until = models.DateTimeField(null=True, blank=True, help_text="Empty: until resumed.")
     paused_by = models.CharField(max_length=150, blank=True, default="")
 
+    objects = QueueManager["QueueState"]()
+
     class Meta:
         verbose_name = "queue"
 
@@ -237,6 +261,8 @@ class RateWindow(models.Model):
     buckets = ArrayField(models.BigIntegerField(), default=list)
     counts = ArrayField(models.IntegerField(), default=list)
 
+    objects = QueueManager["RateWindow"]()
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["kind", "shard"], name="reliableq_ratewindow_kind_shard")]
 
@@ -256,6 +282,8 @@ class Leader(models.Model):
     holder = models.CharField(max_length=200)  # the worker id
     token = models.UUIDField()
     expires_at = models.DateTimeField()
+
+    objects = QueueManager["Leader"]()
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder} until {self.expires_at}"

@@ -24,7 +24,9 @@ import json
 import logging
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError
+
+from . import db
 
 logger = logging.getLogger("reliableq.planguard")
 
@@ -46,7 +48,7 @@ def scans(plan: dict[str, Any], table: str) -> list[str]:
 
 def plan_of(sql: str, params: Any) -> dict[str, Any]:
     """The planner's plan for a statement (EXPLAIN without ANALYZE: nothing runs, nothing locks)."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         document = cursor.fetchone()[0]
     document = json.loads(document) if isinstance(document, str) else document
@@ -59,7 +61,7 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
     Returns whether it analyzed. Never raises for the guard's own sake: a lock it cannot get
     in time or a refusal leaves the statistics to autovacuum, with a warning in the log.
     """
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             """
             SELECT pg_relation_size(c.oid) / current_setting('block_size')::int, c.reltuples,
@@ -76,7 +78,7 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
     if all(name == index for name in used):
         return False
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
+        with db.atomic(), db.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [f"{_ADVISORY_KEY}:{table}"])
             if not cursor.fetchone()[0]:
                 return False  # another worker is analyzing it right now
@@ -92,7 +94,7 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
                 "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT]
             )
             before = cursor.fetchone()[0]
-            cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
+            cursor.execute(f"ANALYZE {db.connection().ops.quote_name(table)}")
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])  # the caller's own again
     except DatabaseError as exc:
         logger.warning("could not analyze %s (%s); autovacuum will", table, exc)

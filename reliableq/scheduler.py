@@ -10,9 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from django.db import connection
-
-from . import registry, services
+from . import db, registry, services
 from .conf import reliableq_settings
 from .cron import next_slot
 from .models import Job
@@ -25,7 +23,7 @@ def slot_key(kind: str, slot: dt.datetime) -> str:
 
 
 def database_now() -> dt.datetime:
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("SELECT now()")
         return cursor.fetchone()[0]
 

@@ -9,11 +9,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import audit, planguard, registry, rules
+from . import audit, db, planguard, registry, rules
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
 from .models import FINISHED, Attempt, Job, JobStatus, QueueState, ReturnValue
@@ -63,8 +62,12 @@ def enqueue(
     concurrency_key: str | None = None,
     unique_key: str | None = None,
 ) -> Job:
-    """Store a job in the caller's transaction; with `dedupe_key` (or `unique_key`, while that job
-    is PENDING or RUNNING), return the job already stored for it."""
+    """Store a job in the caller's transaction on the queue's database; with `dedupe_key` (or
+    `unique_key`, while that job is PENDING or RUNNING), return the job already stored for it.
+
+    Only a transaction open on RELIABLEQ["DATABASE"] is joined: with the queue on a database of its
+    own, the job commits at once (autocommit) whatever the caller does on another database.
+    """
     job, _ = submit(
         kind,
         payload,
@@ -118,7 +121,7 @@ def submit(
 
     for _ in range(3):
         job_id = uuid.uuid4()
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(
                 f"""
                 WITH inserted AS (
@@ -173,7 +176,7 @@ def submit(
         "updated_at": updated_at,
         "finished_at": None,
     }
-    return Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]), True
+    return Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]), True
 
 
 def _check_concurrency_key(handler: registry.Handler, key: str) -> None:
@@ -253,7 +256,7 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
         list(column) for column in zip(*rows, strict=True)
     )
     submitter = "" if submitted_by is None else submitted_by.get_username()
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         # One row comes back, not one per job: the transaction's time (every job's created_at,
         # and the run_at of every job due now) and the run_at of the few scheduled later.
         cursor.execute(
@@ -294,7 +297,7 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             "concurrency_key": key, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
             "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
-        made.append(Job.from_db(connection.alias, _ATTNAMES, [values[name] for name in _ATTNAMES]))
+        made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
     return made
 
 
@@ -323,7 +326,7 @@ def enqueue_many(
     if not encoded:
         return []
     ids = [uuid.uuid4() for _ in encoded]
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH inserted AS (
@@ -359,7 +362,7 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     instead of `attempts` going back to zero. With `by` (a user), the change is audited in the
     same transaction, whichever way in (admin or API) it came.
     """
-    with transaction.atomic():
+    with db.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.status != JobStatus.DEAD:
             raise WrongStatus(job, JobStatus.DEAD)
@@ -384,7 +387,7 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
 
 def _notify(queue: str) -> None:
     """Wake the queue's idle workers once this transaction commits."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
 
@@ -404,7 +407,7 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     finish, so a cancel racing a success leaves exactly one final state: the cancel finds the
     job finished (WrongStatus), or the finish finds the request. Audited when `by` is given.
     """
-    with transaction.atomic():
+    with db.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.status == JobStatus.RUNNING:
             if job.cancel_requested_at is None:
@@ -435,7 +438,7 @@ def pause(queue: str, *, until: dt.datetime | None = None, by: Any = None) -> Qu
     rules.queue_name(queue)
     if until is not None:
         rules.run_at(until, field="until")
-    with transaction.atomic():
+    with db.atomic():
         state, _ = QueueState.objects.select_for_update().get_or_create(name=queue)
         QueueState.objects.filter(name=queue).update(
             paused_at=Now(), paused_until=until, paused_by="" if by is None else by.get_username()
@@ -449,7 +452,7 @@ def pause(queue: str, *, until: dt.datetime | None = None, by: Any = None) -> Qu
 def resume(queue: str, *, by: Any = None) -> QueueState:
     """Let claims take jobs of `queue` again, and wake its idle workers at once (on commit)."""
     rules.queue_name(queue)
-    with transaction.atomic():
+    with db.atomic():
         state, _ = QueueState.objects.select_for_update().get_or_create(name=queue)
         QueueState.objects.filter(name=queue).update(paused_at=None, paused_until=None, paused_by="")
         state.refresh_from_db()
@@ -493,8 +496,8 @@ def prune(
     planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
     batches = 0
     while True:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
+        with db.atomic():
+            with db.cursor() as cursor:
                 # Attempts first, so one batch is one pass over each table, not a cascade per row;
                 # every delete by key, never by a join to the batch (see the note in leases.py). Each
                 # job's attempts are read as one range of the (job_id, number) index: the whole range

@@ -6,16 +6,16 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
+from . import db
 from .models import Attempt, Job, JobStatus, Outcome
 
 
 def oldest_due_age_seconds() -> float:
     """Seconds the oldest due PENDING job has waited past its run_at (0 when none), by database time."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_at)), 0) FROM {Job._meta.db_table} "
             "WHERE status = 'PENDING' AND run_at <= now()"
@@ -30,7 +30,7 @@ def queues(limit: int | None = None) -> list[str]:
     With `limit`, the first `limit` names in order: the recursion is pulled on demand and stops there.
     """
     table = Job._meta.db_table
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH RECURSIVE q(name) AS (
@@ -123,7 +123,7 @@ class KindDuration:
 
 def finished_per_minute() -> list[FinishedMinute]:
     """Jobs finished in each minute of the last hour, by final status, oldest minute first."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH minutes AS ({_MINUTES_SQL}),
@@ -156,7 +156,7 @@ def backlog_per_minute() -> list[BacklogPoint]:
     over-counted.
     """
     job, attempt = Job._meta.db_table, Attempt._meta.db_table
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH minutes AS ({_MINUTES_SQL}),
@@ -200,7 +200,7 @@ def p95_by_kind(limit: int = MAX_CHART_KINDS) -> list[KindDuration]:
     Slowest first, at most `limit` kinds. Attempts that ended because their worker went away
     (lease expired or lost) are left out: their length is the lease's, not the handler's.
     """
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT j.kind,

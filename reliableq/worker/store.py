@@ -1,7 +1,8 @@
 """What the worker asks of the database, as one narrow interface.
 
 The loop and its parts hold no SQL: they call a Store. DatabaseStore is the real one (each call
-is one function of reliableq.leases, services or scheduler, on the calling thread's connection);
+is one function of reliableq.leases, services or scheduler, on the calling thread's connection to
+the queue's database);
 tests of the loop's own logic (slots, timeouts, linger, shutdown) pass an in-memory Store.
 """
 
@@ -11,9 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from django.db import connection
-
-from .. import leadership, leases, scheduler, services
+from .. import db, leadership, leases, scheduler, services
 from ..leases import ClaimedJob, Finish, FinishResult, Rescued
 from ..registry import Limits
 
@@ -61,7 +60,7 @@ class Store(Protocol):
 
 
 class DatabaseStore:
-    """The Store on PostgreSQL, through Django's connection of the calling thread."""
+    """The Store on PostgreSQL, through the calling thread's Django connection to the queue's database."""
 
     def claim(
         self,
@@ -111,4 +110,4 @@ class DatabaseStore:
         leases.guard_claims(queues)
 
     def reset(self) -> None:
-        connection.close()
+        db.connection().close()
