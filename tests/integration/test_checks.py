@@ -1,4 +1,4 @@
-"""The system check: ReliableQ refuses any default database but PostgreSQL."""
+"""The system check: ReliableQ refuses a queue database that is not PostgreSQL, or not in DATABASES."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections
+from django.test import override_settings
 
-from reliableq import checks
+from reliableq import checks, db
 from testproject import dburl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,9 +42,9 @@ def test_check_refuses_sqlite_because_skip_locked_needs_postgresql(tmp_path: Pat
 
 
 def test_check_passes_on_postgresql_in_process() -> None:
-    assert connection.vendor == "postgresql"
-    assert checks.postgresql_errors(connections) == []
-    assert checks.check_default_database() == []
+    assert db.connection().vendor == "postgresql"
+    assert checks.postgresql_errors(connections, db.alias()) == []
+    assert checks.check_queue_database() == []
     call_command("check", verbosity=0)  # raises SystemCheckError on any error
 
 
@@ -52,3 +53,15 @@ def test_check_passes_on_postgresql_in_a_subprocess() -> None:
     result = run_check(dburl.build(connection.settings_dict))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "E001" not in result.stdout + result.stderr
+
+
+def test_a_queue_database_or_listen_alias_missing_from_databases_is_an_error_naming_it() -> None:
+    with override_settings(RELIABLEQ={"DATABASE": "jobs"}):
+        [error] = checks.check_queue_database()
+    assert (error.id, error.msg) == (
+        "reliableq.E003",
+        "RELIABLEQ['DATABASE'] is 'jobs', which is not an alias in DATABASES.",
+    )
+    with override_settings(RELIABLEQ={"LISTEN_DATABASE": "direct-typo"}):
+        [error] = checks.check_queue_database()
+    assert error.id == "reliableq.E003" and "RELIABLEQ['LISTEN_DATABASE'] is 'direct-typo'" in error.msg
