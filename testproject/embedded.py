@@ -15,6 +15,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("TESTPROJECT_PGDATA") or ROOT / ".pgdata" / "embedded")
+# A second server, for the queue on a cluster of its own (QUEUE_DATABASE_URL=embedded).
+QUEUE_DATA_DIR = ROOT / ".pgdata" / "queue"
 
 
 def _module() -> Any:

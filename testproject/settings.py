@@ -1,7 +1,8 @@
 """Settings of the project that hosts the demo and the tests.
 
 The database is DATABASE_URL when it is set, otherwise an embedded PostgreSQL 18 that starts
-on first use (see testproject/embedded.py). Every RELIABLEQ key can be overridden from the
+on first use (see testproject/embedded.py). QUEUE_DATABASE_URL, when set, puts the queue on a
+database of its own (the alias "queue"). Every RELIABLEQ key can be overridden from the
 environment as RELIABLEQ_<KEY>, which is how the tests and the demo tune leases and faults.
 """
 
@@ -75,13 +76,31 @@ else:
 
     DATABASES = {"default": embedded.database_settings()}
 
-# Keep connections across requests (each new one costs a PostgreSQL backend fork).
-DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
-DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+# The queue on a database of its own (issue 13): QUEUE_DATABASE_URL is its URL, or "embedded" for
+# a second embedded PostgreSQL 18 (another cluster, in .pgdata/queue). The alias "queue" then holds
+# ReliableQ's tables, and only them; the rest (users, sessions, the admin's log, charges) stays on
+# default. CI runs the integration suite once this way.
+QUEUE_DATABASE_URL = os.environ.get("QUEUE_DATABASE_URL", "")
+if QUEUE_DATABASE_URL:
+    if QUEUE_DATABASE_URL == "embedded":
+        from . import embedded
 
-if os.environ.get("RELIABLEQ_TEST_DB"):
-    # Lets two test runs share one server without dropping each other's test database.
-    DATABASES["default"]["TEST"] = {"NAME": os.environ["RELIABLEQ_TEST_DB"]}
+        DATABASES["queue"] = embedded.database_settings(embedded.QUEUE_DATA_DIR)
+    else:
+        DATABASES["queue"] = dburl.parse(QUEUE_DATABASE_URL)
+    DATABASE_ROUTERS = ["reliableq.routers.QueueRouter"]
+
+for _alias in ("default", "queue"):
+    if _alias in DATABASES:
+        # Keep connections across requests (each new one costs a PostgreSQL backend fork).
+        DATABASES[_alias].setdefault("CONN_MAX_AGE", 60)
+        DATABASES[_alias].setdefault("CONN_HEALTH_CHECKS", True)
+        test: dict[str, Any] = {} if _alias == "default" else {"DEPENDENCIES": []}  # made without default
+        if os.environ.get("RELIABLEQ_TEST_DB"):
+            # Lets two test runs share one server without dropping each other's test database.
+            test["NAME"] = os.environ["RELIABLEQ_TEST_DB"] + ("" if _alias == "default" else f"_{_alias}")
+        if test:
+            DATABASES[_alias]["TEST"] = test
 
 # @task functions run on ReliableQ (testproject/tasks.py): django.tasks on Django 6, the
 # django-tasks backport (an installed app) on Django 5.2 when it is installed.
@@ -128,6 +147,8 @@ def _from_env(key: str, default: Any) -> Any:
 
 
 RELIABLEQ = {key: _from_env(key, default) for key, default in DEFAULTS.items()}
+if QUEUE_DATABASE_URL and "RELIABLEQ_DATABASE" not in os.environ:
+    RELIABLEQ["DATABASE"] = "queue"
 
 # The charges app's own settings, from the environment as CHARGES_<KEY> (CHARGES_SERVICE_URL,
 # CHARGES_SERVICE_TOKEN); a key left unset takes the app's default. (Not read from charges.conf,

@@ -13,6 +13,20 @@ from testproject import dburl
 from .support import WorkerProcess, worker_env
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the database may use every alias: "default", and "queue" when the queue
+    has a database of its own (QUEUE_DATABASE_URL), so that one suite runs either way. A test that
+    names its `databases` keeps them (one that allows only the queue's proves nothing else is used)."""
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is None and not {"db", "transactional_db"} & set(getattr(item, "fixturenames", ())):
+            continue
+        if marker is not None and "databases" in marker.kwargs:
+            continue
+        kwargs = {**(marker.kwargs if marker else {}), "databases": "__all__"}
+        item.add_marker(pytest.mark.django_db(*(marker.args if marker else ()), **kwargs), append=False)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the embedded PostgreSQL servers this run started (the project's and the chaos suite's),
     so that the README's test command leaves no server behind. One it found running stays up."""
@@ -23,7 +37,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture
 def db_url(transactional_db: None) -> str:
-    """The URL of the test database, for subprocesses: committed data only (transactional tests)."""
+    """The URL of the test database, for subprocesses: committed data only (transactional tests).
+
+    The default alias's; worker_env adds the queue's when the queue has a database of its own."""
     return dburl.build(connection.settings_dict)
 
 

@@ -88,5 +88,18 @@ def worker_env(db_url: str, **overrides: Any) -> dict[str, str]:
         RELIABLEQ_BACKOFF_MAX_SECONDS="0.2",
         RELIABLEQ_POLL_SECONDS="0.1",
     )
+    env.update(queue_database_env())
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+def queue_database_env() -> dict[str, str]:
+    """QUEUE_DATABASE_URL for a subprocess: the queue's test database, when the queue has one of its own."""
+    from django.db import connections
+
+    from reliableq import db
+    from testproject import dburl
+
+    if db.alias() == "default":
+        return {}
+    return {"QUEUE_DATABASE_URL": dburl.build(connections[db.alias()].settings_dict)}

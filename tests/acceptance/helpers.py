@@ -8,8 +8,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db import connection
-
+from reliableq import db
 from reliableq.models import Attempt, Job
 
 
@@ -33,7 +32,7 @@ def is_status(job_id: uuid.UUID, status: str, *, worker_id: str | None = None) -
 
 def db_now() -> dt.datetime:
     """The database clock, the one every lease and attempt timestamp comes from."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
         return cursor.fetchone()[0]
 

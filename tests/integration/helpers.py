@@ -1,4 +1,7 @@
-"""Helpers for tests against the real PostgreSQL: database time, extra connections, threads."""
+"""Helpers for tests against the real PostgreSQL: database time, extra connections, threads.
+
+Each reads the queue's database (RELIABLEQ["DATABASE"]), wherever the settings put it.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,10 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import connection, connections
+from django.db import connections
 from django.db.models.functions import Now
 
-from reliableq import leases
+from reliableq import db, leases
 from reliableq.leases import ClaimedJob, Rescued
 from reliableq.models import Job
 from testproject import dburl
@@ -22,7 +25,7 @@ T = TypeVar("T")
 
 
 def db_now() -> dt.datetime:
-    """The database's transaction time (now()) on the Django connection."""
+    """The queue database's transaction time (now()) on the Django connection."""
     return _scalar("SELECT now()")
 
 
@@ -32,14 +35,14 @@ def db_clock() -> dt.datetime:
 
 
 def _scalar(sql: str) -> Any:
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql)
         return cursor.fetchone()[0]
 
 
 def raw_connect(*, autocommit: bool = False) -> psycopg.Connection:
-    """A second, independent connection to the test database (plain psycopg, no Django)."""
-    return psycopg.connect(dburl.build(connection.settings_dict), autocommit=autocommit)
+    """A second, independent connection to the queue's test database (plain psycopg, no Django)."""
+    return psycopg.connect(dburl.build(db.connection().settings_dict), autocommit=autocommit)
 
 
 def claim(

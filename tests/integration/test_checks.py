@@ -18,9 +18,11 @@ from testproject import dburl
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_check(database_url: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELIABLEQ_")}
+def run_check(database_url: str, queue_database_url: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELIABLEQ_") and k != "QUEUE_DATABASE_URL"}
     env.update(DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="testproject.settings")
+    if queue_database_url:
+        env.update(QUEUE_DATABASE_URL=queue_database_url)
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "check"],
         cwd=ROOT,
@@ -39,6 +41,15 @@ def test_check_refuses_sqlite_because_skip_locked_needs_postgresql(tmp_path: Pat
     assert "ReliableQ needs PostgreSQL, but the default database is sqlite" in output
     assert "SKIP LOCKED" in output
     assert "PostgreSQL" in output
+
+
+def test_the_check_asks_postgresql_of_the_queues_database_only(tmp_path: Path) -> None:
+    queue_url = dburl.build(db.connection().settings_dict)
+    result = run_check(f"sqlite:///{tmp_path}/app.sqlite3", queue_database_url=queue_url)
+    assert result.returncode == 0, result.stdout + result.stderr  # the project's own data may live anywhere
+    result = run_check(queue_url, queue_database_url=f"sqlite:///{tmp_path}/queue.sqlite3")
+    assert result.returncode != 0
+    assert "ReliableQ needs PostgreSQL, but the queue database is sqlite" in result.stdout + result.stderr
 
 
 def test_check_passes_on_postgresql_in_process() -> None:

@@ -9,9 +9,9 @@ from collections import Counter
 
 import psycopg
 import pytest
-from django.db import connection
 from django.db.models.functions import Now
 
+from reliableq import db
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from tests.factories import JobFactory
 
@@ -131,7 +131,7 @@ def test_claim_skips_rows_another_transaction_has_locked_and_takes_them_once_rel
     free = {j.pk for j in jobs[3:]}
     # Connection 1 holds row locks on three due jobs in an open transaction.
     raw_conn.execute("SELECT id FROM reliableq_job WHERE id = ANY(%s) FOR UPDATE", (list(locked),))
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         # If claim waited for those locks instead of skipping them, fail fast rather than hang.
         cursor.execute("SET lock_timeout = '3s'")
     try:
@@ -143,7 +143,7 @@ def test_claim_skips_rows_another_transaction_has_locked_and_takes_them_once_rel
         second = claim_jobs(limit=10)
         assert {c.id for c in second} == locked
     finally:
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute("RESET lock_timeout")
     assert Counter(Attempt.objects.values_list("job_id", flat=True)) == {pk: 1 for pk in locked | free}
 

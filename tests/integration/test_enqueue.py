@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import reliableq
+from reliableq import db
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
 from reliableq.services import InvalidJob, enqueue, submit
@@ -165,7 +166,7 @@ def test_a_deep_payload_is_refused_as_invalid_not_a_recursion_error() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_job_enqueued_in_a_rolled_back_transaction_never_exists() -> None:
     with pytest.raises(Rollback):
-        with transaction.atomic():
+        with db.atomic():
             job = enqueue("demo.noop", {"n": 1})
             assert Job.objects.filter(pk=job.pk).exists()  # visible to its own transaction
             assert count_from_another_connection(job.pk) == 0  # and to no one else
@@ -177,14 +178,14 @@ def test_job_enqueued_in_a_rolled_back_transaction_never_exists() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_job_enqueued_in_a_committed_transaction_exists_for_every_connection() -> None:
-    with transaction.atomic():
+    with db.atomic():
         job = enqueue("demo.noop", {"n": 1})
     assert count_from_another_connection(job.pk) == 1
 
 
 @pytest.mark.django_db(transaction=True)
 def test_uncommitted_enqueue_is_invisible_to_a_claimer_on_another_connection() -> None:
-    with transaction.atomic():
+    with db.atomic():
         job = enqueue("demo.noop", {"n": 1})
         assert in_thread(claim_jobs) == []
     claimed = in_thread(claim_jobs)
@@ -213,12 +214,12 @@ def test_dedupe_waits_for_the_uncommitted_holder_of_the_key(holder_commits: bool
     inserted, release = threading.Event(), threading.Event()
 
     def holder() -> uuid.UUID:
-        with transaction.atomic():
+        with db.atomic():
             job = enqueue("demo.noop", {"who": "holder"}, dedupe_key="held-key")
             inserted.set()
             assert release.wait(timeout=30)
             if not holder_commits:
-                transaction.set_rollback(True)
+                transaction.set_rollback(True, using=db.alias())
         return job.pk
 
     holding = spawn(holder)

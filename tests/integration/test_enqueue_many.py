@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import transaction
 
 import reliableq
+from reliableq import db
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
 from reliableq.services import InvalidJob, enqueue_many
@@ -46,12 +46,12 @@ def test_enqueue_many_takes_budget_run_at_and_none_payloads() -> None:
 def test_enqueue_many_joins_the_callers_transaction_and_wakes_the_queue_once_on_commit() -> None:
     with raw_connect(autocommit=True) as listener:
         listener.execute("LISTEN reliableq")
-        with pytest.raises(Rollback), transaction.atomic():
+        with pytest.raises(Rollback), db.atomic():
             rolled_back = enqueue_many("demo.noop", [{}, {}], queue="bulk-tx")
             raise Rollback
         assert not Job.objects.filter(id__in=rolled_back).exists()
         assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
-        with transaction.atomic():
+        with db.atomic():
             kept = enqueue_many("demo.noop", [{}] * 3, queue="bulk-tx")
         notes = list(listener.notifies(timeout=1.0, stop_after=5))
     assert Job.objects.filter(id__in=kept).count() == 3

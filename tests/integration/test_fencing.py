@@ -6,10 +6,9 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import leases
+from reliableq import db, leases
 from reliableq.leases import ClaimedJob, Finish
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from reliableq.worker import executor
@@ -172,7 +171,7 @@ def test_finish_writes_many_jobs_in_one_call_with_mixed_outcomes() -> None:
 def test_finish_of_a_batch_is_one_fenced_statement() -> None:
     JobFactory.create_batch(5)
     claimed = claim_jobs(limit=5)
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(db.connection()) as queries:
         result = leases.finish(
             [
                 Finish(job_id=c.id, lease_token=c.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)

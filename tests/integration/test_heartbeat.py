@@ -6,11 +6,10 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import leases
+from reliableq import db, leases
 from reliableq.models import Attempt, Job, Outcome
 from reliableq.worker.heartbeat import Heartbeat
 from tests.factories import RunningJobFactory
@@ -30,7 +29,7 @@ def test_beat_renews_every_held_lease_in_one_statement() -> None:
     lost: list = []
     start = db_now()
 
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(db.connection()) as queries:
         heartbeat({j.pk: j.lease_token for j in jobs}, lost, lease_seconds=60).beat()
     end = db_clock()
 
@@ -46,7 +45,7 @@ def test_beat_renews_every_held_lease_in_one_statement() -> None:
 @pytest.mark.django_db
 def test_beat_with_nothing_held_sends_nothing() -> None:
     lost: list = []
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(db.connection()) as queries:
         heartbeat({}, lost).beat()
     assert queries.captured_queries == []
     assert lost == []

@@ -6,10 +6,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import transaction
 
 import reliableq
-from reliableq import services
+from reliableq import db, services
 
 from .helpers import raw_connect
 
@@ -23,7 +22,7 @@ def notes(conn: psycopg.Connection[Any], wait: float) -> list[tuple[str, str]]:
 def test_enqueue_notifies_its_queue_on_commit_only() -> None:
     with raw_connect(autocommit=True) as listener:
         listener.execute(f"LISTEN {services.CHANNEL}")
-        with transaction.atomic():
+        with db.atomic():
             reliableq.enqueue("demo.noop", {}, queue="mail")
             assert notes(listener, 0.2) == []  # not before the commit
         assert notes(listener, 2.0) == [("reliableq", "mail")]
@@ -32,7 +31,7 @@ def test_enqueue_notifies_its_queue_on_commit_only() -> None:
 def test_a_rolled_back_enqueue_notifies_nobody() -> None:
     with raw_connect(autocommit=True) as listener:
         listener.execute(f"LISTEN {services.CHANNEL}")
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), db.atomic():
             reliableq.enqueue("demo.noop", {})
             raise RuntimeError("roll back")
         assert notes(listener, 0.5) == []

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from reliableq import health, leases
+from reliableq import db, health, leases
 from reliableq.models import Outcome
 from tests.factories import JobFactory
 
@@ -69,14 +69,15 @@ def test_ready_answers_anonymous_callers_when_the_database_is_migrated() -> None
 
 
 def test_ready_reports_unapplied_migrations(monkeypatch: pytest.MonkeyPatch) -> None:
-    call_command("migrate", "reliableq", "0001", verbosity=0)
+    call_command("migrate", "reliableq", "0001", database=db.alias(), verbosity=0)
     monkeypatch.setattr(health, "_migrated", False)
     try:
         response = APIClient().get("/v1/ready")
         assert response.status_code == 503
         assert "migration" in response.json()["detail"]
+        assert response.json()["detail"].endswith("migrate" if db.alias() == "default" else f"--database {db.alias()}")
     finally:
-        call_command("migrate", verbosity=0)
+        call_command("migrate", database=db.alias(), verbosity=0)
 
 
 def test_reliableq_stats_prints_the_same_figures_as_a_table() -> None:

@@ -1,0 +1,40 @@
+"""A worker whose default database cannot be reached at all runs the queue on the queue's own database:
+claims, a retry, DEAD, the leader's rescue, LISTEN. Needs the queue on its own alias (CI's second pass,
+QUEUE_DATABASE_URL=embedded)."""
+
+from __future__ import annotations
+
+import pytest
+
+import reliableq
+from reliableq import db, leases
+from reliableq.models import JobStatus
+
+from ..integration.helpers import expire
+from .helpers import attempts, job
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(db.alias() == "default", reason="the queue is on the default database"),
+]
+
+UNREACHABLE = "postgres://nobody@127.0.0.1:9/unreachable"  # the discard port: every connection is refused
+
+
+def test_a_worker_needs_only_the_queues_database(spawn_worker):
+    done = [reliableq.enqueue("demo.noop", {"n": n}) for n in range(3)]
+    flaky = reliableq.enqueue("test.flaky", {"failures": 1})
+    dead = reliableq.enqueue("test.permanent", {})
+    reliableq.enqueue("demo.noop", {}, queue="abandoned")
+    [held], _ = leases.claim(worker_id="gone", queues=["abandoned"], limit=1, lease_seconds=30)
+    expire(held.id)
+    worker = spawn_worker("--burst", "--queues", "default,abandoned", env={"DATABASE_URL": UNREACHABLE})
+    assert worker.wait(timeout=30) == 0, worker.output()
+    output = worker.output()
+    assert "probe heard" in output and "Traceback" not in output, output
+    assert {job(j.id).status for j in done} == {JobStatus.SUCCEEDED}
+    # Failed once, retry scheduled (after its backoff, so past the burst).
+    assert (job(flaky.id).status, [a.outcome for a in attempts(flaky.id)]) == (JobStatus.PENDING, ["FAILED_TRANSIENT"])
+    assert job(dead.id).status == JobStatus.DEAD
+    assert job(held.id).status == JobStatus.SUCCEEDED  # taken back from "gone" by the leader's rescue
