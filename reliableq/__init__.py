@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "handler",
     "enqueue",
+    "enqueue_on_commit",
     "enqueue_many",
     "ReliableQError",
     "PermanentError",
@@ -37,6 +38,13 @@ def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) ->
     from .services import enqueue as _enqueue  # models load only once apps are ready
 
     return _enqueue(kind, payload, **options)
+
+
+def enqueue_on_commit(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
+    """Enqueue once the caller's transaction on `using` commits (see reliableq.services.enqueue_on_commit)."""
+    from .services import enqueue_on_commit as _enqueue_on_commit
+
+    _enqueue_on_commit(kind, payload, **options)
 
 
 def enqueue_many(kind: str, payloads: Any, **options: Any) -> list[Any]:

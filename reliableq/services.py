@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -22,6 +24,7 @@ __all__ = [
     "WrongStatus",
     "NewJob",
     "enqueue",
+    "enqueue_on_commit",
     "submit",
     "submit_many",
     "enqueue_many",
@@ -66,7 +69,8 @@ def enqueue(
     `unique_key`, while that job is PENDING or RUNNING), return the job already stored for it.
 
     Only a transaction open on RELIABLEQ["DATABASE"] is joined: with the queue on a database of its
-    own, the job commits at once (autocommit) whatever the caller does on another database.
+    own, the job commits at once (autocommit) whatever the caller does on another database; see
+    enqueue_on_commit for that case.
     """
     job, _ = submit(
         kind,
@@ -104,18 +108,17 @@ def submit(
     before it writes. `unique_key` holds only while its job is PENDING or RUNNING: if that job
     finishes between the conflict and the read, the insert is tried again.
     """
-    handler = registry.get(kind)  # UnknownKind if no app registered it
-    budget = _budget(handler, max_attempts)
-    rules.max_attempts(budget)
-    rules.queue_name(queue)
-    rules.priority(priority)
-    rules.run_at(run_at)
-    for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key)):
-        if value is not None:
-            rules.key(value, field=name)
-    if concurrency_key is not None:
-        _check_concurrency_key(handler, concurrency_key)
-    encoded = rules.payload(payload)
+    budget, encoded = _checked(
+        kind,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        dedupe_key=dedupe_key,
+        concurrency_key=concurrency_key,
+        unique_key=unique_key,
+    )
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
 
@@ -200,6 +203,62 @@ def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | Non
             kind=kind, dedupe_scope=scope, unique_key=unique_key, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
         ).first()
     return None
+
+
+def _checked(
+    kind: str,
+    payload: dict[str, Any] | None,
+    *,
+    queue: str,
+    priority: int,
+    run_at: dt.datetime | None,
+    max_attempts: int | None,
+    dedupe_key: str | None,
+    concurrency_key: str | None,
+    unique_key: str | None,
+) -> tuple[int, str]:
+    """Apply the rules to one job: its attempt budget, and its payload as the JSON to store."""
+    handler = registry.get(kind)  # UnknownKind if no app registered it
+    budget = _budget(handler, max_attempts)
+    rules.max_attempts(budget)
+    rules.queue_name(queue)
+    rules.priority(priority)
+    rules.run_at(run_at)
+    for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key)):
+        if value is not None:
+            rules.key(value, field=name)
+    if concurrency_key is not None:
+        _check_concurrency_key(handler, concurrency_key)
+    return budget, rules.payload(payload)
+
+
+def enqueue_on_commit(
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    using: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: dt.datetime | None = None,
+    max_attempts: int | None = None,
+    dedupe_key: str | None = None,
+    concurrency_key: str | None = None,
+    unique_key: str | None = None,
+) -> None:
+    """Enqueue once the caller's transaction on database `using` commits; never if it rolls back.
+
+    For a caller whose transaction is on another database than the queue's, which enqueue cannot
+    join. The job is checked now (InvalidJob, UnknownKind) with its payload as it is now, and
+    stored by transaction.on_commit (at once outside a transaction). Not atomic: a process that
+    dies between the commit and the enqueue loses the job, and an enqueue that fails then (the
+    queue's database unreachable) raises to the code whose block committed, after its commit.
+    """
+    options: dict[str, Any] = {
+        "queue": queue, "priority": priority, "run_at": run_at, "max_attempts": max_attempts,
+        "dedupe_key": dedupe_key, "concurrency_key": concurrency_key, "unique_key": unique_key,
+    }  # fmt: skip
+    _, encoded = _checked(kind, payload, **options)
+    transaction.on_commit(functools.partial(enqueue, kind, json.loads(encoded), **options), using=using)
 
 
 def dedupe_scope(user: Any) -> str:

@@ -1,8 +1,10 @@
 """The queue on a database of its own (RELIABLEQ["DATABASE"]): the package's queries and transactions
-go there and nowhere else, and a transaction on another database is not joined.
+go there and nowhere else, a transaction on another database is not joined, and enqueue_on_commit
+waits for one.
 
 Tests marked `own_database` need the queue on an alias other than default: CI runs the integration
-suite a second time with QUEUE_DATABASE_URL=embedded (a second PostgreSQL cluster) for them.
+suite a second time with QUEUE_DATABASE_URL=embedded (a second PostgreSQL cluster) for them. The
+enqueue_on_commit tests run either way.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rest_framework.test import APIClient
 
 import reliableq
 from reliableq import db, health, horizon, leadership, leases, metrics, scheduler, services, stats, testing
+from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
 
 from .helpers import claim_jobs, expire, raw_connect
@@ -118,6 +121,48 @@ def test_a_transaction_on_the_queues_database_is_joined_by_enqueue() -> None:
         assert stored(id=job.pk) == 0
         raise Rollback
     assert stored(id=job.pk) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_stores_the_job_only_once_the_callers_transaction_commits() -> None:
+    key = uuid.uuid4().hex
+    with transaction.atomic(using="default"):
+        assert reliableq.enqueue_on_commit("demo.noop", {"n": 1}, dedupe_key=key) is None
+        assert stored(dedupe_key=key) == 0
+    assert stored(dedupe_key=key) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_stores_nothing_when_the_callers_transaction_rolls_back() -> None:
+    key = uuid.uuid4().hex
+    with pytest.raises(Rollback), transaction.atomic(using="default"):
+        reliableq.enqueue_on_commit("demo.noop", {}, dedupe_key=key)
+        raise Rollback
+    with transaction.atomic(using="default"):
+        pass  # a later commit runs no callback of the rolled-back block
+    assert stored(dedupe_key=key) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_checks_the_job_at_the_call_and_keeps_the_payload_as_it_was() -> None:
+    key = uuid.uuid4().hex
+    payload = {"items": [1]}
+    with transaction.atomic(using="default"):
+        with pytest.raises(UnknownKind):
+            reliableq.enqueue_on_commit("no.such.kind", {})
+        with pytest.raises(reliableq.InvalidJob):
+            reliableq.enqueue_on_commit("demo.noop", {}, queue="bad queue name!")
+        reliableq.enqueue_on_commit("demo.noop", payload, dedupe_key=key)
+        payload["items"].append(2)  # after the call: not what is stored
+    assert Job.objects.get(dedupe_key=key).payload == {"items": [1]}
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_outside_a_transaction_enqueues_at_once() -> None:
+    key = uuid.uuid4().hex
+    reliableq.enqueue_on_commit("demo.noop", {}, dedupe_key=key)
+    assert stored(dedupe_key=key) == 1
 
 
 @own_database
