@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connections, router
 
 from .models import Charge
 
@@ -47,7 +47,10 @@ def create_charge(*, idempotency_key: str, amount: int, currency: str, descripti
     """
     currency = currency.upper()
     print_ = fingerprint(amount=amount, currency=currency, description=description)
-    with connection.cursor() as cursor:
+    # The charge service's own database (default, unless the project's routers say otherwise),
+    # never the queue's: the insert and the reads after it on the one the routers pick for writes.
+    alias = router.db_for_write(Charge)
+    with connections[alias].cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {CHARGE} (id, idempotency_key, amount, currency, description, request_fingerprint, created_at)
@@ -59,8 +62,8 @@ def create_charge(*, idempotency_key: str, amount: int, currency: str, descripti
         )
         row = cursor.fetchone()
     if row is not None:
-        return Created(charge=Charge.objects.get(pk=row[0]), created=True)
-    original = Charge.objects.get(idempotency_key=idempotency_key)
+        return Created(charge=Charge.objects.using(alias).get(pk=row[0]), created=True)
+    original = Charge.objects.using(alias).get(idempotency_key=idempotency_key)
     if original.request_fingerprint != print_:
         raise KeyReused(original)
     return Created(charge=original, created=False)
