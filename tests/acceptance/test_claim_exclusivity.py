@@ -8,10 +8,10 @@ import re
 import uuid
 
 import pytest
-from django.db import transaction
 from django.db.models.functions import Now
 
 import reliableq
+from reliableq import db
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from tests.support import wait_until
 
@@ -40,7 +40,7 @@ def test_concurrent_worker_processes_never_claim_one_job_twice(spawn_worker):
     for w in workers:
         w.wait_for_output("started", timeout=20)
 
-    with transaction.atomic():
+    with db.atomic():
         ids = {reliableq.enqueue("demo.noop", {"n": n}).id for n in range(JOBS)}
     wait_until(
         lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count() == JOBS,

@@ -13,9 +13,9 @@ import datetime as dt
 import time
 
 import pytest
-from django.db import transaction
 
 import reliableq
+from reliableq import db
 from reliableq.models import Attempt, JobStatus, Outcome
 from tests.support import wait_until
 
@@ -35,7 +35,7 @@ def slot_intervals(worker_id: str, stuck_seconds: float = 0.0) -> list[tuple[dt.
 
 
 def test_one_worker_never_runs_more_handlers_than_its_concurrency(spawn_worker):
-    with transaction.atomic():
+    with db.atomic():
         jobs = [reliableq.enqueue("test.sleep", {"seconds": 0.1 + (i % 5) * 0.025}) for i in range(30)]
     worker = spawn_worker("--concurrency", "3", "--burst")
     assert worker.wait(timeout=30) == 0, worker.output()
@@ -51,7 +51,7 @@ def test_one_worker_never_runs_more_handlers_than_its_concurrency(spawn_worker):
 def test_timed_out_handlers_keep_their_slots_until_they_return(spawn_worker):
     """Two stuck handlers fill both slots: nothing else starts until they really return."""
     stuck_seconds = 2.0
-    with transaction.atomic():
+    with db.atomic():
         stuck = [reliableq.enqueue("test.stuck", {"seconds": stuck_seconds}, max_attempts=1) for _ in range(2)]
         quick = [reliableq.enqueue("demo.noop", {}, priority=1) for _ in range(4)]
     worker = spawn_worker("--concurrency", "2", "--burst")
@@ -76,7 +76,7 @@ def test_timed_out_handlers_keep_their_slots_until_they_return(spawn_worker):
 
 def test_a_stuck_handler_holds_one_slot_while_the_other_keeps_working(spawn_worker):
     stuck_seconds = 2.0
-    with transaction.atomic():
+    with db.atomic():
         stuck = reliableq.enqueue("test.stuck", {"seconds": stuck_seconds}, max_attempts=1)
         quick = [reliableq.enqueue("test.sleep", {"seconds": 0.1}, priority=1) for _ in range(14)]
     worker = spawn_worker("--concurrency", "2", "--burst")

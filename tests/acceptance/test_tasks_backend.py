@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from reliableq import db
 from reliableq.backends import KIND, task_kind
 from reliableq.models import Job, JobStatus
 from reliableq.tasks_compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
@@ -55,7 +57,7 @@ def test_priority_queue_and_run_after_map_onto_the_job(spawn_worker):
 
 
 def test_a_failing_task_is_retried_then_reported_failed_with_its_errors(spawn_worker):
-    with override_settings(RELIABLEQ={"MAX_ATTEMPTS": 2}):  # the budget is fixed at enqueue
+    with override_settings(RELIABLEQ={**settings.RELIABLEQ, "MAX_ATTEMPTS": 2}):  # the budget is fixed at enqueue
         result = explode.enqueue("boom")
     run_burst(spawn_worker)
     while Job.objects.get(pk=result.id).status != JobStatus.DEAD:  # a retry may wait out its backoff
@@ -71,7 +73,7 @@ def test_a_failing_task_is_retried_then_reported_failed_with_its_errors(spawn_wo
 
 
 def test_a_task_enqueued_in_a_rolled_back_transaction_never_exists():
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=db.alias()):  # the queue's database
         result = add.enqueue(1, 2)
         raise RuntimeError("roll back")
     with pytest.raises(TaskResultDoesNotExist):

@@ -21,6 +21,7 @@ from django.core.management import call_command
 
 from reliableq.models import Attempt, Job, JobStatus
 from testproject import processes
+from tests.support import queue_database_env
 
 from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, load_playwright
 from .conftest import OPERATOR_PERMS, PASSWORD, job_in, make_staff
@@ -40,7 +41,7 @@ def live_admin(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = processes.free_port()
     log_path = tmp_path / "gunicorn.log"
     with log_path.open("wb") as log:
-        env = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0")
+        env = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0", **queue_database_env())
         server = processes.start_api(port, env=env, log=log, workers=1, threads=4)
     url = f"http://127.0.0.1:{port}"
     try:

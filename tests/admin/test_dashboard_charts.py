@@ -12,10 +12,10 @@ import re
 import uuid
 
 import pytest
-from django.db import connection
 from django.test import Client
 
 from reliableq import charts, stats
+from reliableq import db as queue_db  # (the fixtures here take `db`)
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 
 from .pages import body, section, text
@@ -27,7 +27,7 @@ MINUTE = dt.timedelta(minutes=1)
 @pytest.fixture
 def clock(db: None) -> tuple[dt.datetime, dt.datetime]:
     """(now, the start of now's minute) by database time."""
-    with connection.cursor() as cursor:
+    with queue_db.cursor() as cursor:
         cursor.execute("SELECT now(), date_trunc('minute', now())")
         now, minute = cursor.fetchone()
     return now, minute

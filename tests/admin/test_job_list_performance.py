@@ -6,11 +6,10 @@ import datetime as dt
 import re
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import admin_paging
+from reliableq import admin_paging, db
 from reliableq.admin_paging import CappedCountPaginator
 from reliableq.models import Job, JobStatus
 
@@ -55,7 +54,7 @@ def bulk_jobs(count: int, *, start: int = 0, statuses: list[str] = STATUSES) -> 
 
 
 def page_queries(client: Client, url: str) -> list[str]:
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(db.connection()) as captured:
         response = client.get(url)
     assert response.status_code == 200, (url, response.status_code)
     return [q["sql"] for q in captured.captured_queries]
@@ -116,11 +115,11 @@ def test_capped_paginator_counts_at_most_cap_plus_one_rows(monkeypatch: pytest.M
 def test_dead_jobs_list_query_uses_the_status_created_index(operator_client: Client) -> None:
     # As in production, DEAD jobs are a small share of the table: 1 in 50 here, 60 of 3000.
     bulk_jobs(3000, statuses=[JobStatus.SUCCEEDED] * 49 + [JobStatus.DEAD])
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("ANALYZE reliableq_job")
         cursor.execute("SET LOCAL enable_seqscan = off")  # inside the test's transaction only
 
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(db.connection()) as captured:
         response = operator_client.get(LIST, {"status__exact": "DEAD"})
     assert response.status_code == 200
     assert len(listed_ids(response)) == 50  # one page of the 60 DEAD jobs, newest first
@@ -133,7 +132,7 @@ def test_dead_jobs_list_query_uses_the_status_created_index(operator_client: Cli
     assert """"reliableq_job"."status" = 'DEAD'""" in main[0]
     assert re.search(r'ORDER BY "reliableq_job"."created_at" DESC', main[0]), main[0]
 
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("EXPLAIN " + main[0])
         plan = "\n".join(row[0] for row in cursor.fetchall())
 

@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from testproject import accounts, processes
+from tests.support import queue_database_env
 
 VIEW, REPLAY, CANCEL, SUBMIT = "view_job", "replay_job", "cancel_job", "submit_job"
 PAUSE = "pause_queue"
@@ -95,7 +96,7 @@ def live_api(db_url: str, tmp_path: Path) -> Iterator[LiveAPI]:
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as log_file:
         # The server's own settings: only DATABASE_URL points it at the test database.
-        env = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0")
+        env = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0", **queue_database_env())
         proc = processes.start_api(port, env=env, log=log_file)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 
+from reliableq import db
 from reliableq.models import Job
 
 from .conftest import problem_of
@@ -21,7 +21,7 @@ def fail_at_commit() -> Iterator[None]:
     The INSERT itself succeeds (the row comes back, services.submit says created); only the
     COMMIT raises, which is the window between "stored" and "durable".
     """
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             """
             CREATE FUNCTION reliableq_test_fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -39,7 +39,7 @@ def fail_at_commit() -> Iterator[None]:
     try:
         yield
     finally:
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(
                 "DROP TRIGGER IF EXISTS reliableq_test_fail_at_commit ON reliableq_job;"
                 "DROP FUNCTION IF EXISTS reliableq_test_fail_at_commit();"
@@ -83,7 +83,7 @@ def test_idempotency_key_of_a_failed_commit_is_not_taken(api, fail_at_commit):
 
 def test_the_trigger_is_gone_after_the_test(api):
     """The fixture cleans up: a marker payload commits again (guards the tests that follow)."""
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname = 'reliableq_test_fail_at_commit'")
         assert cursor.fetchone()[0] == 0
     response = api.post("/v1/jobs", {"kind": "demo.noop", "payload": {"fail_at_commit": True}}, format="json")

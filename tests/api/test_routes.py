@@ -6,13 +6,12 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import connection
 from django.db.models import F
 from django.db.models.functions import Now
 from django.urls import URLPattern, URLResolver, get_resolver
 from openapi_spec_validator import validate
 
-from reliableq import leases
+from reliableq import db, leases
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from reliableq.stats import snapshot
 
@@ -359,7 +358,7 @@ def test_stats_of_an_empty_queue_are_zero(api):
 
 def test_stats_count_by_status_and_kind_with_the_oldest_due_pending_age_and_dead_count(api):
     late = job_in(JobStatus.PENDING)
-    with connection.cursor() as cursor:  # now(), the clock stats reads (Django's Now() is statement time)
+    with db.cursor() as cursor:  # now(), the clock stats reads (Django's Now() is statement time)
         cursor.execute("UPDATE reliableq_job SET run_at = now() - interval '120 seconds' WHERE id = %s", [late.id])
     job_in(JobStatus.PENDING, kind="test.flaky")  # due now: age 0
     job_in(JobStatus.PENDING, run_at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=300))  # not due: no age

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from reliableq import registry
@@ -89,7 +90,7 @@ def test_unknown_field_named_with_a_lone_surrogate_is_400_not_500(api):
     assert body["errors"]["\\ud800x"] == ["Unknown field."]
 
 
-@override_settings(RELIABLEQ={"MAX_PAYLOAD_BYTES": 100})
+@override_settings(RELIABLEQ={**settings.RELIABLEQ, "MAX_PAYLOAD_BYTES": 100})
 def test_payload_over_max_payload_bytes_is_413_and_exactly_at_the_limit_is_accepted(api):
     at_limit = {"x": "a" * 92}  # {"x":"aaa..."} is 100 bytes of compact JSON
     assert len(json.dumps(at_limit, separators=(",", ":"))) == 100
@@ -103,7 +104,7 @@ def test_payload_over_max_payload_bytes_is_413_and_exactly_at_the_limit_is_accep
     assert Job.objects.count() == 1
 
 
-@override_settings(RELIABLEQ={"MAX_PAYLOAD_BYTES": 100})
+@override_settings(RELIABLEQ={**settings.RELIABLEQ, "MAX_PAYLOAD_BYTES": 100})
 def test_payload_size_counts_utf8_bytes_not_characters(api):
     refused = api.post("/v1/jobs", {"kind": "demo.noop", "payload": {"x": "é" * 40}}, format="json")
     problem_of(refused, 413)  # 40 characters, but 40 x 6 bytes as \u00e9 escapes

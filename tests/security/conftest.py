@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from testproject import accounts, processes
+from tests.support import queue_database_env
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def start_site(tmp_path: Path, db_url: str, *, workers: int = 2, **env: str) -> 
     port = processes.free_port()
     log = tmp_path / f"gunicorn-{port}.log"
     with log.open("wb") as log_file:
-        child = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0", **env)
+        child = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0", **queue_database_env(), **env)
         proc = processes.start_api(port, env=child, log=log_file, workers=workers)
     site = Site(url=f"http://127.0.0.1:{port}", process=proc, log=log)
     processes.wait_http(site.url + "/v1/schema", timeout=30, process=proc)

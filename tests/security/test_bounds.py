@@ -8,10 +8,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 import reliableq
-from reliableq import rules
+from reliableq import db, rules
 from reliableq.admin import MAX_QUEUE_CHOICES
 from reliableq.models import Job, JobStatus
 from testproject import processes
@@ -55,7 +54,7 @@ def test_the_admin_shows_a_deep_payload_stored_before_the_bound_without_failing(
     """A row written directly (or before this release) with a 950-deep payload: its page answers 200."""
     client_of("olga", *OPERATOR, password=PASSWORD)
     job = reliableq.enqueue("demo.noop", {})
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute("UPDATE reliableq_job SET payload = %s::jsonb WHERE id = %s", [nested_json(950), job.id])
     page = admin_session(site, "olga").get(f"{site.url}/admin/reliableq/job/{job.id}/change/", timeout=30)
     assert page.status_code == 200, page.text[:500]
