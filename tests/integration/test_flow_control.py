@@ -12,11 +12,10 @@ from collections import Counter
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.db.models.functions import Now
 
 import reliableq
-from reliableq import leases, registry, services
+from reliableq import db, leases, registry, services
 from reliableq.errors import InvalidJob, WrongStatus
 from reliableq.leases import Finish
 from reliableq.models import Attempt, Job, JobStatus, Outcome, QueueState
@@ -262,7 +261,7 @@ def test_a_snooze_waits_its_seconds_by_database_time() -> None:
 
 
 def test_snoozes_are_bounded(settings: object) -> None:
-    settings.RELIABLEQ = {"MAX_SNOOZES": 2}  # type: ignore[attr-defined]
+    settings.RELIABLEQ = {**settings.RELIABLEQ, "MAX_SNOOZES": 2}  # type: ignore[attr-defined]
     job = reliableq.enqueue("test.snooze", {"times": 10, "seconds": 0})
     outcomes = [run_due()[0].outcome for _ in range(3)]
     assert outcomes == [Outcome.SNOOZED, Outcome.SNOOZED, Outcome.FAILED_TRANSIENT]
@@ -315,7 +314,7 @@ def test_resume_wakes_listeners_at_once() -> None:
 
     from testproject import dburl
 
-    with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as listener:
+    with psycopg.connect(dburl.build(db.connection().settings_dict), autocommit=True) as listener:
         listener.execute("LISTEN reliableq")
         services.pause("mail")
         services.resume("mail")
