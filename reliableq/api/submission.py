@@ -10,8 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.utils.dateparse import parse_datetime
-
 from .. import registry, rules
 from ..errors import InvalidJob, NotSubmittable
 from ..models import Job
@@ -165,26 +163,7 @@ def _max_attempts(data: dict[str, Any]) -> int | None:
 
 def _run_at(data: dict[str, Any]) -> dt.datetime | None:
     value = data.get("run_at")
-    return None if value is None else rules.run_at(aware_time(value, field="run_at"))
-
-
-def aware_time(value: Any, *, field: str) -> dt.datetime:
-    """An ISO 8601 time with an explicit offset, in UTC; a naive one is refused, not guessed."""
-    example = "like 2030-01-01T12:00:00Z"
-    if not isinstance(value, str):
-        raise InvalidJob(f"{field} must be an ISO 8601 time with a UTC offset, {example}.", field=field)
-    try:
-        parsed = parse_datetime(value.strip())
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        raise InvalidJob(f"{field} must be an ISO 8601 time with a UTC offset, {example}.", field=field)
-    if parsed.tzinfo is None:
-        raise InvalidJob(f"{field} needs a UTC offset ({example}); naive times are ambiguous.", field=field)
-    try:
-        return parsed.astimezone(dt.timezone.utc)
-    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable UTC time
-        raise InvalidJob(f"{field} is out of range.", field=field) from None
+    return None if value is None else rules.run_at(rules.aware_time(value, field="run_at"))
 
 
 def _unique_key(data: dict[str, Any]) -> str | None:

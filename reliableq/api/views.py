@@ -22,7 +22,7 @@ from . import documents, problems
 from .base import BaseAPIView
 from .permissions import holds, requires
 from .serializers import FilterSerializer
-from .submission import Invalid, Submission, aware_time, parse, parse_batch, same
+from .submission import Invalid, Submission, parse, parse_batch, same
 from .throttles import SubmitThrottle
 
 
@@ -288,7 +288,7 @@ class QueuePauseView(_QueueStateView):
     def act(self, name: str, body: dict[str, Any], user: Any) -> None:
         rules.queue_name(name)  # a bad name first: it is the resource
         until = body.get("until")
-        services.pause(name, until=None if until is None else aware_time(until, field="until"), by=user)
+        services.pause(name, until=None if until is None else rules.aware_time(until, field="until"), by=user)
 
 
 class QueueResumeView(_QueueStateView):

@@ -206,3 +206,22 @@ def test_stats_count_due_work_of_paused_queues_and_work_a_limit_holds_back(api, 
 
     services.resume(paused)
     assert api.get("/v1/stats").json()["paused"] == 0
+
+
+def test_metrics_export_paused_and_throttled_work_and_each_queues_pause_state(api):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    paused, running = fresh_queue(), fresh_queue()
+    reliableq.enqueue("demo.noop", {}, queue=paused)
+    reliableq.enqueue("demo.noop", {}, queue=running)
+    services.pause(paused)
+
+    response = api.get("/v1/metrics")
+
+    assert response.status_code == 200
+    families = text_string_to_metric_families(response.content.decode())
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+    assert samples[("reliableq_paused_jobs", ())] == 1
+    assert samples[("reliableq_throttled_jobs", ())] == 0
+    assert samples[("reliableq_queue_paused", (("queue", paused),))] == 1
+    assert samples[("reliableq_queue_paused", (("queue", running),))] == 0
