@@ -254,22 +254,41 @@ def throttled_due(paused: set[str] | None = None) -> int:
 
 
 def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
-    """Kinds whose rate window has no room now, counted as the claim counts (reliableq.leases)."""
-    from .leases import RATE_BUCKETS
+    """Kinds whose rate window has no room now in any of its shards, counted as the claim counts.
+
+    A kind limited by its rate alone spreads N over leases.rate_shards(rate) rows, shard s holding
+    N // K (plus one for the first N % K); a kind also capped or limited per key keeps all of N in
+    shard 0 (reliableq.leases). A shard not made yet has all of its share free.
+    """
+    from .leases import RATE_BUCKETS, rate_shards
 
     if not limited:
         return set()
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement_timestamp()")
         now = cursor.fetchone()[0]
+    windows: dict[tuple[str, int], RateWindow] = {
+        (w.kind, w.shard): w for w in RateWindow.objects.filter(kind__in=list(limited))
+    }
     full = set()
-    for window in RateWindow.objects.filter(kind__in=list(limited)):
-        rate = limited[window.kind].rate
+    for kind, limits in limited.items():
+        rate = limits.rate
         assert rate is not None
+        shards = 1 if (limits.max_running or limits.per_key) else rate_shards(rate)
         oldest = math.floor(now.timestamp() * RATE_BUCKETS / rate.seconds) - RATE_BUCKETS
-        used = sum(c for b, c in zip(window.buckets, window.counts, strict=True) if b >= oldest)
-        if used >= rate.count:
-            full.add(window.kind)
+
+        rooms = []
+        for shard in range(shards):
+            share = rate.count // shards + (1 if shard < rate.count % shards else 0)
+            window = windows.get((kind, shard))
+            used = (
+                0
+                if window is None
+                else sum(c for b, c in zip(window.buckets, window.counts, strict=True) if b >= oldest)
+            )
+            rooms.append(share - used)
+        if all(r <= 0 for r in rooms):
+            full.add(kind)
     return full
 
 

@@ -4,6 +4,7 @@ running job, the job page's flow-control fields, kinds with limits; each refused
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -28,6 +29,16 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def pauser() -> Client:
     return client_for(make_staff("pauser", ("reliableq", "view_job"), ("reliableq", "pause_queue")))
+
+
+@pytest.fixture
+def per_key_kind() -> Iterator[None]:
+    """test.per_key registered for the test; the registry is put back as it was afterwards."""
+    saved = dict(registry._handlers)
+    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
+    yield
+    registry._handlers.clear()
+    registry._handlers.update(saved)
 
 
 def queue_audit(name: str) -> list[str]:
@@ -105,24 +116,16 @@ def test_pause_and_resume_need_post_and_csrf(pauser: Client) -> None:
     assert not QueueState.objects.exists()
 
 
-def test_dashboard_lists_kinds_with_limits(viewer_client: Client) -> None:
-    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
-    try:
-        limits = text(section(body(viewer_client.get(DASHBOARD)), 'id="limits"', "</table>"))
-    finally:
-        registry._handlers.pop("test.per_key", None)
+def test_dashboard_lists_kinds_with_limits(viewer_client: Client, per_key_kind: None) -> None:
+    limits = text(section(body(viewer_client.get(DASHBOARD)), 'id="limits"', "</table>"))
     assert "test.per_key - 2 -" in limits
 
 
 # -- a job's page ----------------------------------------------------------------------------
 
 
-def test_job_page_shows_its_flow_control_fields(operator_client: Client) -> None:
-    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
-    try:
-        job = reliableq.enqueue("test.per_key", {}, concurrency_key="acct-7", unique_key="nightly")
-    finally:
-        registry._handlers.pop("test.per_key", None)
+def test_job_page_shows_its_flow_control_fields(operator_client: Client, per_key_kind: None) -> None:
+    job = reliableq.enqueue("test.per_key", {}, concurrency_key="acct-7", unique_key="nightly")
     Job.objects.filter(pk=job.pk).update(snoozes=3)
 
     page = text(body(operator_client.get(page_url(job))))

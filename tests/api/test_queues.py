@@ -165,12 +165,14 @@ def test_listing_queues_needs_view_job(make_client, anon):
 @pytest.fixture
 def limited_kinds():
     """test.capped (max_running=2) and test.per_key (max_running_per_key=2), as the workers of
-    the flow-control tests register them."""
+    the flow-control tests register them; the registry is put back as it was afterwards (other
+    test modules register these kinds when they are imported)."""
+    saved = dict(registry._handlers)
     reliableq.handler("test.capped", max_running=2)(capped)
     reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
     yield
-    for kind in ("test.capped", "test.per_key"):
-        registry._handlers.pop(kind, None)
+    registry._handlers.clear()
+    registry._handlers.update(saved)
 
 
 def test_stats_count_due_work_of_paused_queues_and_work_a_limit_holds_back(api, limited_kinds):
@@ -225,3 +227,24 @@ def test_metrics_export_paused_and_throttled_work_and_each_queues_pause_state(ap
     assert samples[("reliableq_throttled_jobs", ())] == 0
     assert samples[("reliableq_queue_paused", (("queue", paused),))] == 1
     assert samples[("reliableq_queue_paused", (("queue", running),))] == 0
+
+
+def test_a_rated_kind_whose_window_is_full_counts_as_throttled(api):
+    from reliableq import leases
+    from testproject.jobs import rated
+
+    saved = dict(registry._handlers)
+    registry._handlers.pop("test.rated", None)  # registered with 10/s where the flow tests are imported
+    reliableq.handler("test.rated", rate_limit="2/h")(rated)
+    try:
+        queue = fresh_queue()
+        for _ in range(5):
+            reliableq.enqueue("test.rated", {}, queue=queue)
+        claimed, _ = leases.claim(
+            worker_id="w", queues=[queue], limit=5, lease_seconds=30, limits=registry.limits(), rescue=False
+        )
+        assert len(claimed) == 2  # the window's N
+        assert api.get("/v1/stats").json()["throttled"] == 3
+    finally:
+        registry._handlers.clear()
+        registry._handlers.update(saved)

@@ -37,9 +37,12 @@ def heap_rows_read(plan: Plan) -> int:
 @pytest.fixture
 def capped_kind() -> Iterator[None]:
     """tables.CAPPED with a cap its RUNNING rows have reached, and a per-key limit: every statement runs."""
+    saved = dict(registry._handlers)
+    registry._handlers.pop(tables.CAPPED, None)
     reliableq.handler(tables.CAPPED, max_running=1, max_running_per_key=1)(lambda job: None)
     yield
-    registry._handlers.pop(tables.CAPPED, None)
+    registry._handlers.clear()
+    registry._handlers.update(saved)
 
 
 @pytest.mark.parametrize("state", list(STATES))
