@@ -23,10 +23,10 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from . import charts, horizon, registry, services, stats
+from . import charts, horizon, registry, rules, services, stats
 from .admin_paging import CappedCountPaginator
 from .conf import reliableq_settings
-from .errors import WrongStatus
+from .errors import InvalidJob, WrongStatus
 from .models import Attempt, Job, JobStatus, QueueDashboard
 
 STATUS_COLOURS: dict[str, str] = {
@@ -188,6 +188,10 @@ class JobAdmin(admin.ModelAdmin):
         "worker_id",
         "submitted_by",
         "dedupe_key",
+        "unique_key",
+        "concurrency_key",
+        "snoozes",
+        "cancel_requested",
         "effect_key",
         "effect_link",
         "last_error",
@@ -265,6 +269,12 @@ class JobAdmin(admin.ModelAdmin):
         error = job.last_error or ""
         return error if len(error) <= 80 else error[:79] + "…"
 
+    @admin.display(description="cancel requested")
+    def cancel_requested(self, job: Job) -> str:
+        if job.cancel_requested_at is None:
+            return "-"
+        return f"at {job.cancel_requested_at:%Y-%m-%d %H:%M:%S %Z}: the handler sees job.cancel_requested"
+
     @admin.display(description="effect key")
     def effect_key(self, job: Job) -> str:
         return job.effect_key
@@ -300,20 +310,30 @@ class JobAdmin(admin.ModelAdmin):
             act=services.replay,
         )
 
-    @admin.action(description="Cancel selected pending jobs", permissions=["cancel"])
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        # PENDING ones are cancelled now; RUNNING ones are asked to stop (services.cancel decides).
         return self._confirm_then(
             request,
             queryset,
             action="cancel_selected",
-            needed=JobStatus.PENDING,
+            needed=(JobStatus.PENDING, JobStatus.RUNNING),
             verb="Cancel",
             act=services.cancel,
         )
 
     def _confirm_then(
-        self, request: HttpRequest, queryset: QuerySet[Job], *, action: str, needed: str, verb: str, act: Any
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        *,
+        action: str,
+        needed: str | tuple[str, ...],
+        verb: str,
+        act: Any,
     ) -> HttpResponse | None:
+        statuses = (needed,) if isinstance(needed, str) else needed
+        needed = " or ".join(statuses)
         jobs = list(queryset.order_by("-created_at")[: MAX_SELECTION + 1])
         if len(jobs) > MAX_SELECTION:
             # "Select all N" over a large table would build a page listing every job.
@@ -325,8 +345,8 @@ class JobAdmin(admin.ModelAdmin):
                 messages.ERROR,
             )
             return None
-        eligible = [j for j in jobs if j.status == needed]
-        skipped = [j for j in jobs if j.status != needed]
+        eligible = [j for j in jobs if j.status in statuses]
+        skipped = [j for j in jobs if j.status not in statuses]
         if request.POST.get("confirm") != "yes":
             return TemplateResponse(
                 request,
@@ -344,16 +364,25 @@ class JobAdmin(admin.ModelAdmin):
                     "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 },
             )
-        done = 0
+        done = requested = 0
         for job in eligible:
             try:
-                act(job.pk, by=request.user)  # audited by the service, as the API's calls are
+                changed = act(job.pk, by=request.user)  # audited by the service, as the API's calls are
             except WrongStatus:
                 skipped.append(job)  # changed since the confirmation page
                 continue
-            done += 1
+            if changed.status == JobStatus.RUNNING:
+                requested += 1  # a cancel request: the handler stops when it next looks
+            else:
+                done += 1
         if done:
             self.message_user(request, f"{verb}ed {done} job(s).".replace("Canceled", "Cancelled"), messages.SUCCESS)
+        if requested:
+            self.message_user(
+                request,
+                f"Asked {requested} running job(s) to stop: each ends CANCELLED when its handler stops.",
+                messages.SUCCESS,
+            )
         if skipped:
             self.message_user(request, f"Skipped {len(skipped)} job(s) that are not {needed}.", messages.WARNING)
         return None
@@ -361,6 +390,7 @@ class JobAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[Any]:
         return [
             path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one), name="reliableq_job_replay"),
+            path("<path:object_id>/cancel/", self.admin_site.admin_view(self.cancel_one), name="reliableq_job_cancel"),
         ] + super().get_urls()
 
     def change_view(
@@ -369,10 +399,18 @@ class JobAdmin(admin.ModelAdmin):
         extra = dict(extra_context or {})
         job = self.get_object(request, object_id)
         extra["can_replay"] = bool(job and job.status == JobStatus.DEAD and self.has_replay_permission(request))
+        extra["can_cancel"] = bool(
+            job
+            and (job.status == JobStatus.PENDING or (job.status == JobStatus.RUNNING and not job.cancel_requested_at))
+            and self.has_cancel_permission(request)
+        )
         return super().change_view(request, object_id, form_url, extra_context=extra)
 
     def replay_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return _replay_one(request, self, object_id)
+
+    def cancel_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return _cancel_one(request, self, object_id)
 
 
 @require_POST  # its wrapper takes the request as the first argument
@@ -388,6 +426,26 @@ def _replay_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> 
         model_admin.message_user(request, str(exc), messages.ERROR)
     else:
         model_admin.message_user(request, f"Job {job.id} replayed: it is PENDING again.", messages.SUCCESS)
+    return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
+
+
+@require_POST
+def _cancel_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:
+    if not model_admin.has_cancel_permission(request):
+        raise PermissionDenied
+    job = model_admin.get_object(request, object_id)
+    if job is None:
+        return HttpResponseRedirect(reverse("admin:reliableq_job_changelist"))
+    try:
+        job = services.cancel(job.pk, by=request.user)
+    except WrongStatus as exc:
+        model_admin.message_user(request, str(exc), messages.ERROR)
+    else:
+        if job.status == JobStatus.RUNNING:
+            message = f"Job {job.id} was asked to stop: it ends CANCELLED when its handler stops."
+        else:
+            message = f"Job {job.id} cancelled: no worker will run it."
+        model_admin.message_user(request, message, messages.SUCCESS)
     return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
 
 
@@ -409,6 +467,21 @@ class QueueDashboardAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reliableq.pause_queue")
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path("pause/", self.admin_site.admin_view(self.pause_view), name="reliableq_queue_pause"),
+            path("resume/", self.admin_site.admin_view(self.resume_view), name="reliableq_queue_resume"),
+        ] + super().get_urls()
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        return _queue_state(request, self, pause=True)
+
+    def resume_view(self, request: HttpRequest) -> HttpResponse:
+        return _queue_state(request, self, pause=False)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -440,5 +513,29 @@ class QueueDashboardAdmin(admin.ModelAdmin):
                 "chart_panels": charts.panels(
                     stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()
                 ),
+                "queues": stats.queue_summaries(),
+                "can_pause": self.has_pause_permission(request),
+                "limits": sorted(registry.limits().items()),
             },
         )
+
+
+@require_POST
+def _queue_state(request: HttpRequest, model_admin: QueueDashboardAdmin, *, pause: bool) -> HttpResponse:
+    """Pause (optionally until a time) or resume the queue named in the form; services audit it."""
+    if not model_admin.has_pause_permission(request):
+        raise PermissionDenied
+    name = request.POST.get("queue", "")
+    until_text = request.POST.get("until", "").strip()
+    try:
+        if pause:
+            until = rules.aware_time(until_text, field="until") if until_text else None
+            services.pause(name, until=until, by=request.user)
+        else:
+            services.resume(name, by=request.user)
+    except InvalidJob as exc:
+        model_admin.message_user(request, str(exc), messages.ERROR)
+    else:
+        done = "paused" + (f" until {until_text}" if until_text else " until resumed") if pause else "resumed"
+        model_admin.message_user(request, f"Queue {name} {done}.", messages.SUCCESS)
+    return HttpResponseRedirect(reverse("admin:reliableq_queuedashboard_changelist"))

@@ -59,6 +59,20 @@ class QueueCollector(Collector):
             value=snapshot["oldest_due_pending_age_seconds"],
         )
         yield GaugeMetricFamily("reliableq_dead_jobs", "DEAD jobs waiting for a person.", value=snapshot["dead"])
+        yield GaugeMetricFamily(
+            "reliableq_paused_jobs", "Due PENDING jobs in queues paused now.", value=snapshot["paused"]
+        )
+        yield GaugeMetricFamily(
+            "reliableq_throttled_jobs",
+            "Due PENDING jobs in running queues that a max_running, rate_limit or max_running_per_key holds back now.",
+            value=snapshot["throttled"],
+        )
+        paused = GaugeMetricFamily(
+            "reliableq_queue_paused", "1 while the queue is paused (no claims), else 0.", labels=["queue"]
+        )
+        for queue in stats.queue_summaries():
+            paused.add_metric([queue.name], 1 if queue.paused else 0)
+        yield paused
         outcomes = attempts_by_outcome()
         attempts = CounterMetricFamily("reliableq_attempts", "Attempts by outcome.", labels=["outcome"])
         for outcome, n in outcomes.items():

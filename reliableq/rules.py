@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .conf import reliableq_settings
 from .errors import InvalidJob
@@ -82,6 +83,25 @@ def run_at(value: Any, *, field: str = "run_at") -> dt.datetime | None:
             field=field,
         )
     return value
+
+
+def aware_time(value: Any, *, field: str) -> dt.datetime:
+    """Read text as an ISO 8601 time with an explicit offset, in UTC; a naive one is refused, not guessed."""
+    example = "like 2030-01-01T12:00:00Z"
+    if not isinstance(value, str):
+        raise InvalidJob(f"{field} must be an ISO 8601 time with a UTC offset, {example}.", field=field)
+    try:
+        parsed = parse_datetime(value.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise InvalidJob(f"{field} must be an ISO 8601 time with a UTC offset, {example}.", field=field)
+    if parsed.tzinfo is None:
+        raise InvalidJob(f"{field} needs a UTC offset ({example}); naive times are ambiguous.", field=field)
+    try:
+        return parsed.astimezone(dt.timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable UTC time
+        raise InvalidJob(f"{field} is out of range.", field=field) from None
 
 
 def payload(value: Any) -> str:

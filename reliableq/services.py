@@ -266,6 +266,9 @@ def dedupe_scope(user: Any) -> str:
     return "" if user is None else f"user:{user.pk}"
 
 
+BATCH_UNIQUE_KEY = "unique_key is not accepted in a batch; submit such a job on its own (POST /v1/jobs, enqueue)."
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJob:
     """One job to submit, as submit_many takes it (the API's parsed submissions are these)."""
@@ -277,6 +280,9 @@ class NewJob:
     run_at: dt.datetime | None = None
     max_attempts: int | None = None
     concurrency_key: str | None = None
+    # submit() only (POST /v1/jobs): submit_many refuses it, since one INSERT of many rows cannot
+    # answer "that job already holds the key" per row.
+    unique_key: str | None = None
     # The payload as the JSON to store, when the rules have already been applied (the API's parser).
     encoded: str | None = field(default=None, compare=False, repr=False)
 
@@ -297,6 +303,8 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
             handler = registry.get(new.kind)
         except registry.UnknownKind as exc:
             raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
+        if new.unique_key is not None:
+            raise InvalidJob(f"job {index}: {BATCH_UNIQUE_KEY}", field=f"jobs[{index}].unique_key")
         budget = _budget(handler, new.max_attempts)
         encoded = new.encoded
         try:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
-from . import db
-from .models import Attempt, Job, JobStatus, Outcome
+from . import db, registry
+from .models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow
 
 
 def oldest_due_age_seconds() -> float:
@@ -68,12 +71,224 @@ def snapshot() -> dict[str, Any]:
     for row in Job.objects.values("kind", "status").annotate(n=Count("id")).order_by():
         by_status[row["status"]] += row["n"]
         by_kind.setdefault(row["kind"], {})[row["status"]] = row["n"]
+    paused = paused_queues()
     return {
         "by_status": by_status,
         "by_kind": by_kind,
         "oldest_due_pending_age_seconds": round(oldest_due_age_seconds(), 3),
         "dead": by_status[JobStatus.DEAD],
+        "paused": paused_due(paused),
+        "throttled": throttled_due(paused),
     }
+
+
+# -- flow control: queues, paused and throttled work ------------------------------------------------
+#
+# Every count here reads due PENDING rows (status = 'PENDING' AND run_at <= now(), the partial index
+# reliableq_job_due) or RUNNING rows (the partial index reliableq_job_lease): never finished jobs,
+# however many there are.
+
+
+@contextmanager
+def _through_indexes() -> Iterator[None]:
+    """Run the block's statements with sequential scans of tables that have an index ruled out.
+
+    The counts below want the due PENDING rows; when the statistics say those are a large share
+    of the job table (a backlog analyzed, then a pile-up of finished rows), the planner would read
+    the whole table instead of the partial index. These reads are not hot, so they pay a
+    transaction and two set_config calls to stay bounded by the unfinished rows. The setting is
+    transaction-local and put back, so a caller's open transaction keeps its own.
+    """
+    with db.atomic(), db.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)")
+        previous = cursor.fetchone()[0]
+        try:
+            yield
+        finally:
+            cursor.execute("SELECT set_config('enable_seqscan', %s, true)", [previous])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSummary:
+    """One queue as operators see it: its pause state and its unfinished work."""
+
+    name: str
+    paused: bool  # no claim takes its jobs now (by database time)
+    paused_until: dt.datetime | None  # while paused: when the pause ends by itself (None: until resumed)
+    paused_by: str  # while paused: who paused it ("" for code)
+    pending: int  # PENDING jobs, due or scheduled later
+    running: int  # RUNNING jobs
+    oldest_due_age_seconds: float  # how long its oldest due PENDING job has waited past run_at (0: none)
+
+
+def paused_queues() -> set[str]:
+    """The queues paused now, by database time."""
+    from .services import paused_queues as paused  # services imports nothing of this module
+
+    return paused()
+
+
+def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:
+    """Every queue with jobs or a pause state (or just `names`), by name.
+
+    One statement: PENDING rows grouped by queue through the due index, RUNNING rows through the
+    lease index; then the queues' names by a loose index scan (stats.queues()) and the states.
+    """
+    only = list(names) if names is not None else None
+    table = Job._meta.db_table
+    counts: dict[str, list[Any]] = {}
+    # (queue || '') rather than queue, in the filter and the grouping: the column itself can lead the
+    # planner (under statistics that think the table tiny) to the index of every row by queue,
+    # finished ones included; the expression leaves it the partial indexes. The cost: one queue's
+    # summary reads every PENDING row, bounded by the backlog, never by the history.
+    among = "" if only is None else " AND (queue || '') = ANY(%s)"
+    with _through_indexes(), db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT queue || '', count(*), 0, EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE run_at <= now()))
+              FROM {table} WHERE status = 'PENDING'{among} GROUP BY queue || ''
+            UNION ALL
+            SELECT queue || '', 0, count(*), NULL FROM {table} WHERE status = 'RUNNING' GROUP BY queue || ''
+            """,
+            # RUNNING rows are few (the fleet's concurrency) and their index has no queue column:
+            # all of them are counted, grouped by an expression no index provides in order, since a
+            # filter on queue or a GROUP BY queue leads the planner (under statistics that think the
+            # table tiny) to the index of every row by queue, finished ones included.
+            [] if only is None else [only],
+        )
+        for queue, pending, running, age in cursor.fetchall():
+            if only is not None and queue not in only:
+                continue
+            row = counts.setdefault(queue, [0, 0, 0.0])
+            row[0] += pending
+            row[1] += running
+            if age is not None:
+                row[2] = max(0.0, float(age))
+    states = QueueState.objects.all() if only is None else QueueState.objects.filter(name__in=only)
+    by_name = {state.name: state for state in states}
+    paused = paused_queues()
+    if only is None:
+        listed = sorted(set(queues()) | set(by_name) | set(counts))
+    else:
+        listed = sorted(set(only))
+    summaries = []
+    for name in listed:
+        pending, running, age = counts.get(name, [0, 0, 0.0])
+        state = by_name.get(name)
+        is_paused = name in paused and state is not None
+        summaries.append(
+            QueueSummary(
+                name=name,
+                paused=is_paused,
+                paused_until=state.paused_until if is_paused and state else None,
+                paused_by=state.paused_by if is_paused and state else "",
+                pending=int(pending),
+                running=int(running),
+                oldest_due_age_seconds=round(age, 3),
+            )
+        )
+    return summaries
+
+
+def paused_due(paused: set[str] | None = None) -> int:
+    """Due PENDING jobs in the queues paused now: work that waits only because of a pause."""
+    paused = paused_queues() if paused is None else paused
+    if not paused:
+        return 0
+    with _through_indexes(), db.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM {Job._meta.db_table}"
+            " WHERE status = 'PENDING' AND run_at <= now() AND (queue || '') = ANY(%s)",  # as in queue_summaries
+            [sorted(paused)],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def throttled_due(paused: set[str] | None = None) -> int:
+    """Due PENDING jobs, in queues not paused, that a limit holds back right now.
+
+    A job counts when its kind is at its max_running (RUNNING jobs of the kind), or its kind's
+    rate window is full (the starts counted as the claim counts them), or its concurrency_key has
+    max_running_per_key RUNNING jobs. Due jobs of a limited kind that merely wait for a free worker
+    do not count. A snapshot: a claim may take them a moment later.
+    """
+    limited = registry.limits()
+    if not limited:
+        return 0
+    paused = paused_queues() if paused is None else paused
+    table = Job._meta.db_table
+    with _through_indexes(), db.cursor() as cursor:
+        cursor.execute(
+            f"SELECT kind, count(*) FROM {table} WHERE status = 'RUNNING' AND kind = ANY(%s) GROUP BY kind",
+            [sorted(limited)],
+        )
+        running = dict(cursor.fetchall())
+        full = {k for k, lim in limited.items() if lim.max_running and running.get(k, 0) >= lim.max_running}
+        full |= _rate_full({k: lim for k, lim in limited.items() if lim.rate and k not in full})
+        per_key = {k: lim.per_key for k, lim in limited.items() if lim.per_key and k not in full}
+        # The saturated (kind, key) pairs, from the RUNNING rows only.
+        pairs: list[tuple[str, str]] = []
+        if per_key:
+            cursor.execute(
+                f"""
+                SELECT r.kind, r.concurrency_key
+                  FROM {table} r JOIN unnest(%s::text[], %s::int[]) AS l(kind, n) ON l.kind = r.kind
+                 WHERE r.status = 'RUNNING' AND r.concurrency_key IS NOT NULL
+                 GROUP BY r.kind, r.concurrency_key, l.n HAVING count(*) >= l.n
+                """,
+                [list(per_key), list(per_key.values())],
+            )
+            pairs = cursor.fetchall()
+        if not full and not pairs:
+            return 0
+        cursor.execute(
+            f"""
+            SELECT count(*) FROM {table}
+             WHERE status = 'PENDING' AND run_at <= now() AND queue <> ALL(%s)
+               AND (kind = ANY(%s) OR (kind, concurrency_key) IN (SELECT * FROM unnest(%s::text[], %s::text[])))
+            """,
+            [sorted(paused), sorted(full), [k for k, _ in pairs], [c for _, c in pairs]],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
+    """Kinds whose rate window has no room now in any of its shards, counted as the claim counts.
+
+    A kind limited by its rate alone spreads N over leases.rate_shards(rate) rows, shard s holding
+    N // K (plus one for the first N % K); a kind also capped or limited per key keeps all of N in
+    shard 0 (reliableq.leases). A shard not made yet has all of its share free.
+    """
+    from .leases import RATE_BUCKETS, rate_shards
+
+    if not limited:
+        return set()
+    with db.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        now = cursor.fetchone()[0]
+    windows: dict[tuple[str, int], RateWindow] = {
+        (w.kind, w.shard): w for w in RateWindow.objects.filter(kind__in=list(limited))
+    }
+    full = set()
+    for kind, limits in limited.items():
+        rate = limits.rate
+        assert rate is not None
+        shards = 1 if (limits.max_running or limits.per_key) else rate_shards(rate)
+        oldest = math.floor(now.timestamp() * RATE_BUCKETS / rate.seconds) - RATE_BUCKETS
+
+        rooms = []
+        for shard in range(shards):
+            share = rate.count // shards + (1 if shard < rate.count % shards else 0)
+            window = windows.get((kind, shard))
+            used = (
+                0
+                if window is None
+                else sum(c for b, c in zip(window.buckets, window.counts, strict=True) if b >= oldest)
+            )
+            rooms.append(share - used)
+        if all(r <= 0 for r in rooms):
+            full.add(kind)
+    return full
 
 
 # -- the dashboard's charts: the last hour, minute by minute, by database time ----------------------

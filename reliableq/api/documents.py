@@ -12,6 +12,7 @@ from typing import Any
 
 from ..models import Attempt, Job
 from ..sanitize import without_traceback
+from ..stats import QueueSummary
 
 
 @functools.lru_cache(maxsize=256)  # a batch's jobs share their created_at, updated_at and mostly run_at
@@ -67,4 +68,17 @@ def attempt(attempt: Attempt, *, tracebacks: bool) -> dict[str, Any]:
         "finished_at": time(attempt.finished_at),
         "outcome": attempt.outcome,
         "error": attempt.error if tracebacks else without_traceback(attempt.error),
+    }
+
+
+def queue(summary: QueueSummary) -> dict[str, Any]:
+    """A queue: its pause state and its unfinished work (reliableq.stats.QueueSummary)."""
+    return {
+        "name": summary.name,
+        "paused": summary.paused,
+        "paused_until": time(summary.paused_until),
+        "paused_by": summary.paused_by or None,
+        "pending": summary.pending,
+        "running": summary.running,
+        "oldest_due_age_seconds": summary.oldest_due_age_seconds,
     }

@@ -39,6 +39,7 @@ def json_response(description: str, schema: dict[str, Any], **headers: Any) -> d
 
 AUTH_ERRORS = {"401": problem_response("Not authenticated."), "403": problem_response("Missing permission.")}
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+NAME_PARAM = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}, "description": "A queue."}
 KEY_HEADER = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -153,6 +154,14 @@ SCHEMAS: dict[str, Any] = {
                 "minimum": rules.MAX_ATTEMPTS_RANGE[0],
                 "maximum": rules.MAX_ATTEMPTS_RANGE[1],
             },
+            "unique_key": {
+                "type": "string",
+                "nullable": True,
+                "minLength": 1,
+                "maxLength": rules.MAX_KEY_CHARS,
+                "description": "While a job of this kind with this key, submitted by you, is PENDING or RUNNING, "
+                "submitting answers 200 with that job instead of making another. Not accepted in a batch.",
+            },
         },
     },
     "JobBatch": {
@@ -179,7 +188,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "Stats": {
         "type": "object",
-        "required": ["by_status", "by_kind", "oldest_due_pending_age_seconds", "dead"],
+        "required": ["by_status", "by_kind", "oldest_due_pending_age_seconds", "dead", "paused", "throttled"],
         "properties": {
             "by_status": {"type": "object", "additionalProperties": {"type": "integer"}},
             "by_kind": {
@@ -188,6 +197,43 @@ SCHEMAS: dict[str, Any] = {
             },
             "oldest_due_pending_age_seconds": {"type": "number", "minimum": 0},
             "dead": {"type": "integer", "minimum": 0},
+            "paused": {"type": "integer", "minimum": 0, "description": "Due PENDING jobs in queues paused now."},
+            "throttled": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Due PENDING jobs in running queues whose kind is at its max_running or rate_limit, "
+                "or whose concurrency_key is at its kind's max_running_per_key, now.",
+            },
+        },
+    },
+    "Queue": {
+        "type": "object",
+        "required": ["name", "paused", "paused_until", "pending", "running", "oldest_due_age_seconds"],
+        "properties": {
+            "name": {"type": "string", "pattern": rules.QUEUE_PATTERN},
+            "paused": {"type": "boolean", "description": "No worker claims its jobs now; running ones finish."},
+            "paused_until": {**NULLABLE_TIME, "description": "When the pause ends by itself; null: until resumed."},
+            "paused_by": {"type": "string", "nullable": True, "description": "Who paused it."},
+            "pending": {"type": "integer", "minimum": 0, "description": "PENDING jobs, due or scheduled later."},
+            "running": {"type": "integer", "minimum": 0},
+            "oldest_due_age_seconds": {"type": "number", "minimum": 0},
+        },
+    },
+    "QueueList": {
+        "type": "object",
+        "required": ["queues"],
+        "properties": {"queues": {"type": "array", "items": ref("Queue")}},
+    },
+    "QueuePause": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "until": {
+                "type": "string",
+                "format": "date-time",
+                "nullable": True,
+                "description": "With a UTC offset; at most MAX_SCHEDULE_SECONDS ahead. Absent or null: until resumed.",
+            }
         },
     },
 }
@@ -202,7 +248,10 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "202": json_response("Accepted and committed.", ref("Job"), Location="/v1/jobs/<id>"),
                 "200": json_response(
-                    "The job this Idempotency-Key already made.", ref("Job"), Location="/v1/jobs/<id>"
+                    "The job this Idempotency-Key already made, or your PENDING or RUNNING job of the kind with this "
+                    "unique_key.",
+                    ref("Job"),
+                    Location="/v1/jobs/<id>",
                 ),
                 "400": problem_response("Invalid body."),
                 "409": problem_response("The Idempotency-Key was used with another body."),
@@ -285,10 +334,55 @@ PATHS: dict[str, Any] = {
             "operationId": "cancelJob",
             "parameters": [ID_PARAM],
             "responses": {
-                "200": json_response("Cancelled.", ref("Job")),
+                "200": json_response("Cancelled (it was PENDING).", ref("Job")),
+                "202": json_response(
+                    "Cancel requested (it is RUNNING): cancel_requested is true; it ends CANCELLED once its handler "
+                    "stops.",
+                    ref("Job"),
+                ),
                 "404": problem_response("No such job."),
-                "409": problem_response("The job is not PENDING."),
+                "409": problem_response("The job has finished."),
                 **AUTH_ERRORS,
+            },
+        }
+    },
+    "/v1/queues": {
+        "get": {
+            "operationId": "listQueues",
+            "summary": "Every queue with jobs or a pause state: pause state and unfinished work.",
+            "responses": {
+                "200": json_response("The queues, by name.", ref("QueueList")),
+                "400": problem_response("An unknown query parameter."),
+                **AUTH_ERRORS,
+            },
+        }
+    },
+    "/v1/queues/{name}/pause": {
+        "post": {
+            "operationId": "pauseQueue",
+            "summary": "Stop claims from the queue (until `until`, or until resumed); running jobs finish. Audited.",
+            "parameters": [NAME_PARAM],
+            "requestBody": {"required": False, "content": {"application/json": {"schema": ref("QueuePause")}}},
+            "responses": {
+                "200": json_response("The queue, paused.", ref("Queue")),
+                "400": problem_response("A bad queue name, a bad `until`, or an unknown field or query parameter."),
+                "415": problem_response("The body is not JSON."),
+                "401": AUTH_ERRORS["401"],
+                "403": problem_response("Missing reliableq.pause_queue, or the CSRF check failed."),
+            },
+        }
+    },
+    "/v1/queues/{name}/resume": {
+        "post": {
+            "operationId": "resumeQueue",
+            "summary": "Let workers claim the queue's jobs again, and wake them. Audited.",
+            "parameters": [NAME_PARAM],
+            "responses": {
+                "200": json_response("The queue, running.", ref("Queue")),
+                "400": problem_response("A bad queue name, a body with fields, or an unknown query parameter."),
+                "415": problem_response("The body is not JSON."),
+                "401": AUTH_ERRORS["401"],
+                "403": problem_response("Missing reliableq.pause_queue, or the CSRF check failed."),
             },
         }
     },

@@ -10,14 +10,18 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.utils.dateparse import parse_datetime
-
 from .. import registry, rules
 from ..errors import InvalidJob, NotSubmittable
 from ..models import Job
-from ..services import NewJob
+from ..services import BATCH_UNIQUE_KEY, NewJob
 
-FIELDS = ("kind", "payload", "queue", "priority", "run_at", "max_attempts")
+FIELDS = ("kind", "payload", "queue", "priority", "run_at", "max_attempts", "unique_key")
+# Fields of enqueue() that HTTP clients may not set, and why (a clearer 400 than "Unknown field").
+NOT_OVER_HTTP = {
+    "concurrency_key": "concurrency_key cannot be set over HTTP: its limit is shared by every submitter, so one "
+    "user could hold back another's jobs. Set it in code (reliableq.enqueue).",
+    "dedupe_key": "Send the dedupe key as the Idempotency-Key header.",
+}
 REQUIRED = "This field is required."
 
 
@@ -37,7 +41,9 @@ def parse(data: Any) -> Submission:
     """Read one submission; Invalid with every field's problems, or rules.PayloadTooLarge (a 413)."""
     if not isinstance(data, dict):
         raise Invalid({"non_field_errors": ["The body must be a JSON object."]})
-    errors: dict[str, list[str]] = {name: ["Unknown field."] for name in sorted(set(data) - set(FIELDS))}
+    errors: dict[str, list[str]] = {
+        name: [NOT_OVER_HTTP.get(name, "Unknown field.")] for name in sorted(set(data) - set(FIELDS))
+    }
     if errors:
         raise Invalid(errors)
     values: dict[str, Any] = {}
@@ -55,7 +61,11 @@ def parse(data: Any) -> Submission:
 
 
 def parse_batch(data: Any) -> list[Submission]:
-    """Read `{"jobs": [...]}`: every item checked; Invalid names each failing item by its index."""
+    """Read `{"jobs": [...]}`: every item checked; Invalid names each failing item by its index.
+
+    An item with a unique_key is refused (services.submit_many cannot answer "that job already
+    holds the key" per row of its one INSERT).
+    """
     if not isinstance(data, dict) or set(data) != {"jobs"}:
         raise Invalid({"non_field_errors": ['The body must be a JSON object with one field, "jobs".']})
     items = data["jobs"]
@@ -67,7 +77,10 @@ def parse_batch(data: Any) -> list[Submission]:
     errors: dict[str, list[str]] = {}
     for index, item in enumerate(items):
         try:
-            parsed.append(parse(item))
+            sub = parse(item)
+            if sub.unique_key is not None:
+                raise Invalid({"unique_key": [BATCH_UNIQUE_KEY]})
+            parsed.append(sub)
         except Invalid as exc:
             errors.update({f"jobs[{index}].{field}": messages for field, messages in exc.errors.items()})
         except rules.PayloadTooLarge as exc:
@@ -80,11 +93,17 @@ def parse_batch(data: Any) -> list[Submission]:
 def same(job: Job, sub: Submission) -> bool:
     """Whether a repeated Idempotency-Key came with the body that made `job`.
 
-    kind, payload, queue and priority never change. run_at and max_attempts do (a retry
+    kind, payload, queue, priority and unique_key never change. run_at and max_attempts do (a retry
     moves run_at, a replay raises max_attempts), so they are compared only while the job
     has never been claimed; after that a resent body is taken as the same submission.
     """
-    if (job.kind, job.payload, job.queue, job.priority) != (sub.kind, sub.payload, sub.queue, sub.priority):
+    if (job.kind, job.payload, job.queue, job.priority, job.unique_key) != (
+        sub.kind,
+        sub.payload,
+        sub.queue,
+        sub.priority,
+        sub.unique_key,
+    ):
         return False
     if job.attempts:
         return True
@@ -143,25 +162,14 @@ def _max_attempts(data: dict[str, Any]) -> int | None:
 
 
 def _run_at(data: dict[str, Any]) -> dt.datetime | None:
-    """An ISO 8601 time with an explicit offset; a naive one is refused, not guessed."""
     value = data.get("run_at")
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidJob("run_at must be an ISO 8601 time with a UTC offset, like 2030-01-01T12:00:00Z.")
-    try:
-        parsed = parse_datetime(value.strip())
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        raise InvalidJob("run_at must be an ISO 8601 time with a UTC offset, like 2030-01-01T12:00:00Z.")
-    if parsed.tzinfo is None:
-        raise InvalidJob("run_at needs a UTC offset (like 2030-01-01T12:00:00Z); naive times are ambiguous.")
-    try:
-        parsed = parsed.astimezone(dt.timezone.utc)
-    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable UTC time
-        raise InvalidJob("run_at is out of range.") from None
-    return rules.run_at(parsed)
+    return None if value is None else rules.run_at(rules.aware_time(value, field="run_at"))
+
+
+def _unique_key(data: dict[str, Any]) -> str | None:
+    """At most one PENDING or RUNNING job of the kind per key, among this submitter's jobs."""
+    value = data.get("unique_key")
+    return None if value is None else rules.key(value, field="unique_key")
 
 
 _READERS = {
@@ -171,4 +179,5 @@ _READERS = {
     "priority": _priority,
     "run_at": _run_at,
     "max_attempts": _max_attempts,
+    "unique_key": _unique_key,
 }

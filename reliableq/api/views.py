@@ -124,6 +124,7 @@ class JobListView(BaseAPIView):
                 run_at=sub.run_at,
                 max_attempts=sub.max_attempts,
                 dedupe_key=key,
+                unique_key=sub.unique_key,
                 submitted_by=request.user,
             )
         except rules.PayloadTooLarge as exc:
@@ -132,7 +133,9 @@ class JobListView(BaseAPIView):
             raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
         except DatabaseError:
             raise problems.ServiceUnavailable("The job could not be stored; nothing was accepted. Try again.") from None
-        if not created and not same(job, sub):
+        # Not created: the Idempotency-Key found its job (it must be this body's), or else the
+        # unique_key found the caller's active job of the kind, which is the answer whatever its body.
+        if not created and key is not None and job.dedupe_key == key and not same(job, sub):
             # Keys are scoped per submitter, so the job named here is always the caller's own.
             raise problems.Conflict(f"Idempotency-Key {key!r} was already used for job {job.id} with another body.")
         # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
@@ -222,6 +225,75 @@ class CancelView(_FateView):
         job = services.cancel(job_id, by=user)
         self.success = status.HTTP_202_ACCEPTED if job.status == JobStatus.RUNNING else status.HTTP_200_OK
         return job
+
+
+def _no_query_parameters(request: Request) -> None:
+    if request.query_params:
+        raise exceptions.ValidationError({name: ["Unknown query parameter."] for name in sorted(request.query_params)})
+
+
+def _body_fields(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON object body (an empty body is {}), with no field but `allowed`."""
+    data = request.data
+    if data is None or (hasattr(data, "keys") and not data and not isinstance(data, dict)):
+        data = {}
+    if not isinstance(data, dict):
+        raise exceptions.ValidationError({"non_field_errors": ["The body must be a JSON object."]})
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise exceptions.ValidationError({name: ["Unknown field."] for name in unknown})
+    return data
+
+
+def _queue_document(name: str) -> dict[str, Any]:
+    (summary,) = stats.queue_summaries([name])
+    return documents.queue(summary)
+
+
+class QueueListView(BaseAPIView):
+    """GET /v1/queues: every queue with jobs or a pause state, by name."""
+
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission("view_job")()]
+
+    def get(self, request: Request) -> Response:
+        _no_query_parameters(request)
+        return Response({"queues": [documents.queue(q) for q in stats.queue_summaries()]})
+
+
+class _QueueStateView(BaseAPIView):
+    """pause and resume: reliableq.pause_queue, a checked name and body, a service call (audited there)."""
+
+    fields: tuple[str, ...] = ()
+
+    def get_permissions(self) -> list[Any]:
+        return [*list(super().get_permissions()), permission("pause_queue")()]
+
+    def act(self, name: str, body: dict[str, Any], user: Any) -> None:
+        raise NotImplementedError
+
+    def post(self, request: Request, name: str) -> Response:
+        _no_query_parameters(request)
+        body = _body_fields(request, self.fields)
+        try:
+            self.act(name, body, request.user)
+        except InvalidJob as exc:
+            raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
+        return Response(_queue_document(name))
+
+
+class QueuePauseView(_QueueStateView):
+    fields = ("until",)
+
+    def act(self, name: str, body: dict[str, Any], user: Any) -> None:
+        rules.queue_name(name)  # a bad name first: it is the resource
+        until = body.get("until")
+        services.pause(name, until=None if until is None else rules.aware_time(until, field="until"), by=user)
+
+
+class QueueResumeView(_QueueStateView):
+    def act(self, name: str, body: dict[str, Any], user: Any) -> None:
+        services.resume(name, by=user)
 
 
 class StatsView(BaseAPIView):

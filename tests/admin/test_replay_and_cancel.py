@@ -78,7 +78,7 @@ def test_operator_sees_both_actions_in_the_dropdown(operator_client: Client) -> 
 
     assert action_choices(response) == ["replay_selected", "cancel_selected"]
     assert "Replay selected dead jobs" in body(response)
-    assert "Cancel selected pending jobs" in body(response)
+    assert "Cancel selected jobs" in body(response)
 
 
 def test_replay_confirmation_lists_the_dead_jobs_and_the_skipped_ones_and_changes_nothing(
@@ -247,29 +247,37 @@ def test_forged_replay_posts_from_staff_without_replay_permission_change_nothing
     assert audit_entries(job) == []
 
 
-def test_cancel_confirmation_lists_the_pending_jobs_and_the_skipped_ones(operator_client: Client) -> None:
+def test_cancel_confirmation_lists_the_pending_and_running_jobs_and_the_skipped_ones(operator_client: Client) -> None:
     pending = [job_in(JobStatus.PENDING), job_in(JobStatus.PENDING)]
+    running = job_in(JobStatus.RUNNING)
     dead = job_in(JobStatus.DEAD)
 
-    response = run_action(operator_client, "cancel_selected", [*pending, dead])
+    response = run_action(operator_client, "cancel_selected", [*pending, running, dead])
 
     page = body(response)
-    assert "Cancel 2 job(s)?" in page
+    assert "Cancel 3 job(s)?" in page
     assert set(re.findall(r"[0-9a-f-]{36}", section(page, 'id="eligible-jobs"', "</ul>"))) == {
-        str(j.pk) for j in pending
+        str(j.pk) for j in [*pending, running]
     }
     assert f"{dead.pk} test.always_fails (DEAD)" in text(section(page, 'id="skipped-jobs"', "</ul>"))
     assert all(Job.objects.get(pk=j.pk).status == JobStatus.PENDING for j in pending)
+    assert Job.objects.get(pk=running.pk).cancel_requested_at is None
 
 
-def test_confirmed_cancel_cancels_only_pending_jobs_and_audits_each(operator_client: Client, operator: User) -> None:
+def test_confirmed_cancel_cancels_pending_jobs_asks_running_ones_to_stop_and_audits_each(
+    operator_client: Client, operator: User
+) -> None:
     pending = [job_in(JobStatus.PENDING), job_in(JobStatus.PENDING)]
     dead, running = job_in(JobStatus.DEAD), job_in(JobStatus.RUNNING)
-    untouched = {j.pk: snapshot(j) for j in (dead, running)}
+    untouched = snapshot(dead)
 
     response = confirm(operator_client, run_action(operator_client, "cancel_selected", [*pending, dead, running]))
 
-    assert messages_of(response) == ["Cancelled 2 job(s).", "Skipped 2 job(s) that are not PENDING."]
+    assert messages_of(response) == [
+        "Cancelled 2 job(s).",
+        "Asked 1 running job(s) to stop: each ends CANCELLED when its handler stops.",
+        "Skipped 1 job(s) that are not PENDING or RUNNING.",
+    ]
     for before in pending:
         job = Job.objects.get(pk=before.pk)
         assert job.status == JobStatus.CANCELLED
@@ -277,8 +285,10 @@ def test_confirmed_cancel_cancels_only_pending_jobs_and_audits_each(operator_cli
         (entry,) = audit_entries(job)
         assert (entry.user_id, entry.action_flag) == (operator.pk, CHANGE)
         assert "Cancelled" in entry.get_change_message()
-    assert {j.pk: snapshot(j) for j in (dead, running)} == untouched
-    assert audit_entries(dead) == [] and audit_entries(running) == []
+    asked = Job.objects.get(pk=running.pk)
+    assert asked.status == JobStatus.RUNNING and asked.cancel_requested_at is not None
+    assert [e.get_change_message() for e in audit_entries(running)] == [services.CANCEL_REQUESTED]
+    assert snapshot(dead) == untouched and audit_entries(dead) == []
 
 
 def test_staff_without_cancel_permission_is_not_offered_cancel_and_forged_posts_change_nothing(

@@ -353,6 +353,8 @@ def test_stats_of_an_empty_queue_are_zero(api):
         "by_kind": {},
         "oldest_due_pending_age_seconds": 0,
         "dead": 0,
+        "paused": 0,
+        "throttled": 0,
     }
 
 
@@ -396,6 +398,7 @@ def routes_served() -> dict[str, set[str]]:
                 route = prefix + str(p.pattern)
                 if route.startswith("v1/"):
                     path = "/" + route.replace("<str:job_id>", "{id}").replace("<str:charge_id>", "{id}")
+                    path = path.replace("<str:name>", "{name}")
                     view = p.callback.cls
                     found[path] = {m for m in ("get", "post", "put", "patch", "delete") if hasattr(view, m)}
 
@@ -425,6 +428,9 @@ def test_schema_documents_every_route_and_method_served_including_charges(anon):
         "/v1/jobs/{id}/replay",
         "/v1/jobs/{id}/cancel",
         "/v1/stats",
+        "/v1/queues",
+        "/v1/queues/{name}/pause",
+        "/v1/queues/{name}/resume",
         "/v1/charges",
         "/v1/charges/{id}",
         "/v1/schema",
@@ -444,8 +450,11 @@ def test_schema_documents_the_contract_status_codes_of_each_operation(anon):
     assert {"200", "400", "401", "403"} <= codes("/v1/jobs", "get")
     assert {"200", "401", "403", "404"} <= codes("/v1/jobs/{id}", "get")
     assert {"202", "401", "403", "404", "409"} <= codes("/v1/jobs/{id}/replay", "post")
-    assert {"200", "401", "403", "404", "409"} <= codes("/v1/jobs/{id}/cancel", "post")
+    assert {"200", "202", "401", "403", "404", "409"} <= codes("/v1/jobs/{id}/cancel", "post")
     assert {"200", "401", "403"} <= codes("/v1/stats", "get")
+    assert {"200", "400", "401", "403"} <= codes("/v1/queues", "get")
+    assert {"200", "400", "401", "403"} <= codes("/v1/queues/{name}/pause", "post")
+    assert {"200", "400", "401", "403"} <= codes("/v1/queues/{name}/resume", "post")
     assert {"201", "200", "400", "401", "403", "409", "413", "415"} <= codes("/v1/charges", "post")
     assert {"200", "401", "404"} <= codes("/v1/charges/{id}", "get")
     for path, operations in paths.items():
