@@ -44,8 +44,19 @@ class PgBouncer:
     folder: Path
 
     @classmethod
-    def start(cls, database: dict[str, Any], *, pool_size: int = 4, max_client_conn: int = 500) -> PgBouncer:
-        """PgBouncer on a free port, pooling every database of `database`'s server (a DATABASES entry)."""
+    def start(
+        cls,
+        database: dict[str, Any],
+        *,
+        pool_size: int = 4,
+        max_client_conn: int = 500,
+        server_user: str | None = None,
+    ) -> PgBouncer:
+        """PgBouncer on a free port, pooling every database of `database`'s server (a DATABASES entry).
+
+        Clients log in as `database`'s user; the server connections log in as `server_user` (default:
+        the same), so that a server can count the pooler's connections by role in pg_stat_activity.
+        """
         if not available():
             raise FileNotFoundError("pgbouncer is not installed (apt-get install pgbouncer)")
         folder = Path(tempfile.mkdtemp(prefix="rq-pgbouncer-"))
@@ -59,7 +70,7 @@ class PgBouncer:
             "\n".join(
                 [
                     "[databases]",
-                    f"* = {server} user={user}",
+                    f"* = {server} user={server_user or user}",
                     "[pgbouncer]",
                     "listen_addr = 127.0.0.1",
                     f"listen_port = {port}",
@@ -97,8 +108,11 @@ class PgBouncer:
     def url(self) -> str:
         return self.url_for(self.dbname)
 
-    def url_for(self, dbname: str) -> str:
-        return dburl.build({"USER": self.user, "HOST": "127.0.0.1", "PORT": str(self.port), "NAME": dbname})
+    def url_for(self, dbname: str, *, application_name: str = "") -> str:
+        options = {"application_name": application_name} if application_name else {}
+        return dburl.build(
+            {"USER": self.user, "HOST": "127.0.0.1", "PORT": str(self.port), "NAME": dbname, "OPTIONS": options}
+        )
 
     def _wait_ready(self, timeout: float = 15.0) -> None:
         deadline = time.monotonic() + timeout
