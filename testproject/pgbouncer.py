@@ -23,6 +23,9 @@ from . import dburl
 from .processes import free_port
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+# The login role PgBouncer's server connections use when started with server_user=SERVER_ROLE: the
+# server can then count them (testproject.serverconns) apart from every direct connection.
+SERVER_ROLE = "rq_pooler"
 
 
 def _owner(path: str) -> str:
@@ -33,6 +36,13 @@ def _owner(path: str) -> str:
 
 def available() -> bool:
     return os.access(BINARY, os.X_OK)
+
+
+def ensure_server_role(url: str) -> None:
+    """Create SERVER_ROLE on the server at `url` (a superuser, like the postgres role of direct clients)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [SERVER_ROLE]).fetchone():
+            conn.execute(f"CREATE ROLE {SERVER_ROLE} LOGIN SUPERUSER")
 
 
 @dataclass

@@ -22,7 +22,8 @@ from typing import Any
 import psycopg
 
 from testproject import dburl, embedded, processes
-from testproject.pgbouncer import PgBouncer
+from testproject.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
+from testproject.serverconns import ServerConnections
 
 from . import pooler
 from .invariants import Report, check
@@ -96,7 +97,7 @@ class ChaosRun:
         self.api: subprocess.Popen[bytes] | None = None
         self.pauses: list[list[Any]] = []  # [paused from, resumed at] by database time
         self.bouncer: PgBouncer | None = None
-        self.watch: pooler.ServerConnectionWatch | None = None
+        self.watch: ServerConnections | None = None
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -125,10 +126,9 @@ class ChaosRun:
     def start_pooler(self) -> None:
         if self.profile.pool_size is None:
             return
-        with self.admin() as conn:
-            pooler.ensure_role(conn)
-        self.bouncer = PgBouncer.start(self.database(), pool_size=self.profile.pool_size, server_user=pooler.ROLE)
-        self.watch = pooler.ServerConnectionWatch(self.url("rq-chaos-watch"))
+        ensure_server_role(self.url("rq-chaos-admin"))
+        self.bouncer = PgBouncer.start(self.database(), pool_size=self.profile.pool_size, server_user=SERVER_ROLE)
+        self.watch = pooler.watch(self.url("rq-chaos-watch"))
 
     def admin(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.url("rq-chaos-admin"), autocommit=True)
@@ -398,8 +398,8 @@ class ChaosRun:
         outcome.faults = self.faults + self.crash_counts()
         outcome.deaf_workers = self.count_logs("does not hear a NOTIFY")
         if self.watch is not None:
-            outcome.peak_pooled = self.watch.peak_pooled
-            outcome.peak_listening = self.watch.peak_listening
+            outcome.peak_pooled = self.watch.peaks["pooled"]
+            outcome.peak_listening = self.watch.peaks["listening"]
             outcome.samples = self.watch.samples
         with self.admin() as conn:
             outcome.report = check(conn, concurrency=self.profile.concurrency, pauses=[tuple(p) for p in self.pauses])
