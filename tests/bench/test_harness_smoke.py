@@ -31,6 +31,8 @@ SECTIONS = [
     "## Claim cost as finished jobs pile up",
     "## Recovery after SIGKILL",
     "## Retry amplification",
+    "## Through PgBouncer",
+    "## A fleet of hosts",
     "## Correctness gate",
     "## Closing note",
 ]
