@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -41,6 +42,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--worker-id", default=None, help="Name in logs and attempts (default host:pid).")
         parser.add_argument("--burst", action="store_true", help="Exit 0 once nothing is due or running.")
+        parser.add_argument(
+            "--health-file",
+            type=Path,
+            default=None,
+            help="Touch this file after every loop pass without a database error (for liveness probes).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = self.config(options)
@@ -80,6 +87,7 @@ class Command(BaseCommand):
             retention_seconds=float(reliableq_settings.RETENTION_INTERVAL_SECONDS),
             worker_id=worker_id,
             burst=options["burst"],
+            health_file=options["health_file"],
         )
 
     def configure_logging(self, verbosity: int) -> None:
