@@ -99,10 +99,14 @@ class Bench:
         reps: int | None = None,
         env: dict[str, Any] | None = None,
         around_reps: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        into: Summary | None = None,
     ) -> Summary:
-        """Start a fleet, warm it up, measure `reps` runs (inside `around_reps()`), stop it."""
+        """Start a fleet, warm it up, measure `reps` runs (inside `around_reps()`), stop it.
+
+        The rates go to `into` when given (a point measured over several fleets), else to a new Summary.
+        """
         key = f"{system.key}:{job}:{processes}x{concurrency}"
-        summary = self.repetitions(
+        summary = into or self.repetitions(
             system=system.name, job=job, workers=system.describe(processes, concurrency), run=tag
         )
         with Procs(self.logs) as procs:
