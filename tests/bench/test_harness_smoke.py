@@ -79,3 +79,8 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     assert not results["errors"]
     assert results["findings"] == []
     assert results["machine"]["synchronous_commit"] == "on"
+    pooler = results["sections"]["pooler"]
+    assert 1 <= pooler["pgbouncer"]["server_connections"] <= pooler["config"]["pool_size"]
+    fleet = results["sections"]["fleet"]
+    assert list(fleet["by_processes"]) == ["1", "2"]
+    assert all(point["calls"]["rescue"] >= 1 for point in fleet["by_processes"].values())
