@@ -40,7 +40,7 @@ PLOTS = ["ingestion.png", "throughput.png", "io.png", "latency.png", "pileup.png
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(330)
+@pytest.mark.timeout(450)
 def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
@@ -51,7 +51,7 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,  # about 3 minutes on a loaded 2-core machine, the pooler and fleet scenarios included
+            timeout=420,  # a hang guard: 3 to 5 minutes on the shared 2-core machine under a load of 5 to 8
         )
     finally:
         from testproject import embedded
