@@ -36,28 +36,33 @@ T = TypeVar("T")
 def start_server(data_dir: Path = DATA_DIR) -> str:
     """Start (or find) the harness's own embedded PostgreSQL; return the DATABASE_URL of its bench database.
 
-    Configured once: max_connections for a fleet of workers plus the peers. synchronous_commit
+    Configured once: max_connections for a fleet of workers plus the peers, pg_stat_statements loaded
+    (tracking off but in the fleet scenario's windows: bench.statements). synchronous_commit
     and fsync stay at their defaults (on): every committed job is durable, as in production.
     """
     import psycopg
 
     from testproject import dburl, embedded
 
+    from . import statements
+
     socket_dir = embedded.ensure_running(data_dir)
     admin = dburl.build({"USER": "postgres", "HOST": socket_dir, "PORT": "", "NAME": "postgres"})
     with psycopg.connect(admin, autocommit=True) as conn:
         (current,) = conn.execute("SHOW max_connections").fetchone()  # type: ignore[misc]
-        if int(current) < MAX_CONNECTIONS:
+        restart = int(current) < MAX_CONNECTIONS
+        if restart:
             conn.execute(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
-            restart = True
-        else:
-            restart = False
+        restart = statements.enable(conn) or restart  # the fleet scenario counts statements by duty
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
             conn.execute(f"CREATE DATABASE {DB_NAME}")
     if restart:
         embedded.restart(data_dir)
         socket_dir = embedded.ensure_running(data_dir)
-    return dburl.build({"USER": "postgres", "HOST": socket_dir, "PORT": "", "NAME": DB_NAME})
+    url = dburl.build({"USER": "postgres", "HOST": socket_dir, "PORT": "", "NAME": DB_NAME})
+    with psycopg.connect(url, autocommit=True) as conn:
+        statements.install(conn)
+    return url
 
 
 def prepare_environment(database_url: str) -> None:

@@ -26,6 +26,10 @@ class Profile:
     recovery_trials: int  # kills per lease length
     flaky_rates: tuple[float, ...]
     flaky_jobs: int  # jobs per failure rate
+    pooler: tuple[int, int, int]  # (processes, concurrency, PgBouncer pool size): direct and through PgBouncer
+    fleets: tuple[int, ...]  # the fleet scenario: worker processes, each at fleet_slots
+    fleet_slots: int
+    maintenance_seconds: float  # the fleet scenario's window counting maintenance statements
     peers: bool
 
 
@@ -50,6 +54,10 @@ PROFILES = {
         recovery_trials=1,
         flaky_rates=(0.0, 0.5),
         flaky_jobs=100,
+        pooler=(2, 4, 4),
+        fleets=(1, 2),
+        fleet_slots=4,
+        maintenance_seconds=2.0,
         peers=True,
     ),
     "quick": Profile(
@@ -72,6 +80,10 @@ PROFILES = {
         recovery_trials=2,
         flaky_rates=(0.0, 0.1, 0.5),
         flaky_jobs=5000,
+        pooler=(3, 8, 4),
+        fleets=(1, 2, 4, 8),
+        fleet_slots=8,
+        maintenance_seconds=6.0,
         peers=True,
     ),
     "full": Profile(
@@ -94,6 +106,10 @@ PROFILES = {
         recovery_trials=5,
         flaky_rates=(0.0, 0.1, 0.5),
         flaky_jobs=10_000,
+        pooler=(3, 8, 4),
+        fleets=(1, 2, 4, 8),
+        fleet_slots=8,
+        maintenance_seconds=15.0,
         peers=True,
     ),
 }

@@ -23,6 +23,9 @@ from . import dburl
 from .processes import free_port
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+# The login role PgBouncer's server connections use when started with server_user=SERVER_ROLE: the
+# server can then count them (testproject.serverconns) apart from every direct connection.
+SERVER_ROLE = "rq_pooler"
 
 
 def _owner(path: str) -> str:
@@ -35,6 +38,13 @@ def available() -> bool:
     return os.access(BINARY, os.X_OK)
 
 
+def ensure_server_role(url: str) -> None:
+    """Create SERVER_ROLE on the server at `url` (a superuser, like the postgres role of direct clients)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [SERVER_ROLE]).fetchone():
+            conn.execute(f"CREATE ROLE {SERVER_ROLE} LOGIN SUPERUSER")
+
+
 @dataclass
 class PgBouncer:
     process: subprocess.Popen[bytes]
@@ -44,8 +54,19 @@ class PgBouncer:
     folder: Path
 
     @classmethod
-    def start(cls, database: dict[str, Any], *, pool_size: int = 4, max_client_conn: int = 500) -> PgBouncer:
-        """PgBouncer on a free port, pooling every database of `database`'s server (a DATABASES entry)."""
+    def start(
+        cls,
+        database: dict[str, Any],
+        *,
+        pool_size: int = 4,
+        max_client_conn: int = 500,
+        server_user: str | None = None,
+    ) -> PgBouncer:
+        """PgBouncer on a free port, pooling every database of `database`'s server (a DATABASES entry).
+
+        Clients log in as `database`'s user; the server connections log in as `server_user` (default:
+        the same), so that a server can count the pooler's connections by role in pg_stat_activity.
+        """
         if not available():
             raise FileNotFoundError("pgbouncer is not installed (apt-get install pgbouncer)")
         folder = Path(tempfile.mkdtemp(prefix="rq-pgbouncer-"))
@@ -59,7 +80,7 @@ class PgBouncer:
             "\n".join(
                 [
                     "[databases]",
-                    f"* = {server} user={user}",
+                    f"* = {server} user={server_user or user}",
                     "[pgbouncer]",
                     "listen_addr = 127.0.0.1",
                     f"listen_port = {port}",
@@ -97,8 +118,11 @@ class PgBouncer:
     def url(self) -> str:
         return self.url_for(self.dbname)
 
-    def url_for(self, dbname: str) -> str:
-        return dburl.build({"USER": self.user, "HOST": "127.0.0.1", "PORT": str(self.port), "NAME": dbname})
+    def url_for(self, dbname: str, *, application_name: str = "") -> str:
+        options = {"application_name": application_name} if application_name else {}
+        return dburl.build(
+            {"USER": self.user, "HOST": "127.0.0.1", "PORT": str(self.port), "NAME": dbname, "OPTIONS": options}
+        )
 
     def _wait_ready(self, timeout: float = 15.0) -> None:
         deadline = time.monotonic() + timeout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +98,41 @@ class Bench:
         guess: float,
         reps: int | None = None,
         env: dict[str, Any] | None = None,
+        around_reps: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        into: Summary | None = None,
     ) -> Summary:
-        """Start a fleet, warm it up, measure `reps` runs, stop it."""
+        """Start a fleet, warm it up, measure `reps` runs (inside `around_reps()`), stop it.
+
+        The rates go to `into` when given (a point measured over several fleets), else to a new Summary.
+        """
         key = f"{system.key}:{job}:{processes}x{concurrency}"
-        summary = self.repetitions(
+        summary = into or self.repetitions(
             system=system.name, job=job, workers=system.describe(processes, concurrency), run=tag
         )
         with Procs(self.logs) as procs:
             system.start_workers(procs, processes=processes, concurrency=concurrency, tag=tag, **(env or {}))
             system.warm_up(procs, processes * concurrency)
-            for rep in range(reps or self.p.reps):
-                n = self.size(key, self.rates.get(f"{system.key}:{job}", guess))
-                run = f"{tag} {system.name} {job} {system.describe(processes, concurrency)} rep {rep + 1}"
-                rate = self.run_throughput(system, procs, job, n, run)
-                self.rates[key] = self.rates[f"{system.key}:{job}"] = rate
-                summary.values.append(rate)
-                self.say(f"  {run}: {rate:,.0f} jobs/s ({n} jobs)")
+            with around_reps():
+                self._reps(system, procs, job, key, tag, processes, concurrency, guess, reps or self.p.reps, summary)
         return summary
+
+    def _reps(
+        self,
+        system: System,
+        procs: Procs,
+        job: str,
+        key: str,
+        tag: str,
+        processes: int,
+        concurrency: int,
+        guess: float,
+        reps: int,
+        summary: Summary,
+    ) -> None:
+        for rep in range(reps):
+            n = self.size(key, self.rates.get(f"{system.key}:{job}", guess))
+            run = f"{tag} {system.name} {job} {system.describe(processes, concurrency)} rep {rep + 1}"
+            rate = self.run_throughput(system, procs, job, n, run)
+            self.rates[key] = self.rates[f"{system.key}:{job}"] = rate
+            summary.values.append(rate)
+            self.say(f"  {run}: {rate:,.0f} jobs/s ({n} jobs)")

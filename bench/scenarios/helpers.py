@@ -52,3 +52,12 @@ def mean(values: list[float]) -> float:
 
 def env(**extra: Any) -> dict[str, str]:
     return child_env(**extra)
+
+
+def named_url(url: str, application_name: str) -> str:
+    """The same DATABASE_URL under an application name: how the server tells one fleet's connections apart."""
+    from testproject import dburl
+
+    db = dburl.parse(url)
+    db["OPTIONS"] = {**db["OPTIONS"], "application_name": application_name}
+    return dburl.build(db)

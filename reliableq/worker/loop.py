@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError
@@ -22,6 +23,7 @@ from .. import backoff, registry
 from ..models import Outcome
 from ..sanitize import describe
 from . import executor
+from .alive import AliveFile
 from .completer import Completer
 from .heartbeat import Heartbeat
 from .ledger import Ledger
@@ -56,6 +58,7 @@ class WorkerConfig:
     # their slots refilled by one claim. Longer handlers (I/O-bound ones) never wait for this.
     linger_seconds: float = 0.002
     linger_gap_seconds: float = 0.0005
+    health_file: Path | None = None  # touched after every pass without a database error (liveness probes)
 
 
 _WAKE = object()  # a signal or a notification arrived
@@ -181,11 +184,13 @@ class Worker:
     def _loop(self, pool: Pool, maintenance: Maintenance) -> int:
         c = self.config
         assert self.completer is not None
+        alive = AliveFile(c.health_file)
         failures = 0
         while True:
             try:
                 idle = self._step(pool, maintenance)
                 failures = 0
+                alive.touch(time.monotonic())
             except (DatabaseError, InterfaceError) as exc:
                 failures += 1
                 # Jittered, so that a fleet does not reconnect in step after a database restart.

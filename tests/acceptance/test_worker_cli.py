@@ -68,6 +68,7 @@ BAD_OPTIONS = [
     (["--queues", " , "], "--queues needs at least one queue name."),
     (["--lease-seconds", "0"], "--lease-seconds must be positive."),
     (["--grace-seconds=-1"], "--grace-seconds cannot be negative."),
+    (["--health-file", "/nonexistent/worker.alive"], "--health-file: no directory /nonexistent to write it in."),
 ]
 
 

@@ -9,7 +9,19 @@ import pytest
 from bench import scenarios
 from bench.profiles import Profile
 
-REPORT_ORDER = ["ingestion", "throughput", "ceilings", "io", "latency", "pileup", "flow", "recovery", "amplification"]
+REPORT_ORDER = [
+    "ingestion",
+    "throughput",
+    "ceilings",
+    "io",
+    "latency",
+    "pileup",
+    "flow",
+    "recovery",
+    "amplification",
+    "pooler",
+    "fleet",
+]
 
 
 def test_every_scenario_is_registered_in_the_reports_order() -> None:

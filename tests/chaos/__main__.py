@@ -21,11 +21,22 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=LONG.jobs, help="jobs per seed")
     parser.add_argument("--workers", type=int, default=LONG.workers)
     parser.add_argument("--fault-seconds", type=float, default=LONG.fault_seconds)
+    parser.add_argument("--concurrency", type=int, default=LONG.concurrency, help="slots per worker")
+    parser.add_argument(
+        "--pool-size", type=int, default=None, help="through PgBouncer (transaction mode) with this pool size"
+    )
     parser.add_argument("--log-dir", type=Path, default=Path(".pgdata/chaos-logs"))
     args = parser.parse_args()
     if args.seeds < 1 or args.jobs < 1 or args.workers < 1:
         parser.error("--seeds, --jobs and --workers must be at least 1")
-    profile = Profile(seeds=args.seeds, jobs=args.jobs, workers=args.workers, fault_seconds=args.fault_seconds)
+    profile = Profile(
+        seeds=args.seeds,
+        jobs=args.jobs,
+        workers=args.workers,
+        fault_seconds=args.fault_seconds,
+        concurrency=args.concurrency,
+        pool_size=args.pool_size,
+    )
     args.log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     totals: Counter[str] = Counter()
@@ -43,6 +54,12 @@ def main() -> int:
             f"| {len(outcome.report.violations)} | {outcome.seconds:.0f} |",
             flush=True,
         )
+        if profile.pool_size:
+            print(
+                f"    through PgBouncer: at most {outcome.peak_pooled} server connection(s) and "
+                f"{outcome.peak_listening} direct LISTEN connection(s) in {outcome.samples} samples",
+                flush=True,
+            )
         if not outcome.ok:
             failed.append(seed)
             for line in outcome.report.violations:

@@ -22,7 +22,10 @@ from typing import Any
 import psycopg
 
 from testproject import dburl, embedded, processes
+from testproject.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
+from testproject.serverconns import ServerConnections
 
+from . import pooler
 from .invariants import Report, check
 
 ROOT = processes.ROOT
@@ -39,10 +42,16 @@ class Profile:
     workers: int = 3
     fault_seconds: float = 15.0
     settle_seconds: float = 150.0
+    concurrency: int = CONCURRENCY
+    # Set: workers and the API reach PostgreSQL through PgBouncer (transaction mode, this pool
+    # size); LISTEN goes direct (LISTEN_DATABASE).
+    pool_size: int | None = None
 
 
 QUICK = Profile(seeds=3, jobs=400)
 LONG = Profile(seeds=20, jobs=1200, fault_seconds=30.0)
+# Issue 13: the quick profile's seed behind a transaction pooler, 3 processes x 8 slots on 4 server connections.
+POOLED = Profile(seeds=1, jobs=400, concurrency=8, pool_size=4)
 
 
 @dataclass
@@ -62,6 +71,12 @@ class Outcome:
     faults: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
     report: Report = field(default_factory=Report)
+    # Behind a pooler: the most server connections PgBouncer held, and direct LISTEN connections, as
+    # PostgreSQL counted them (pg_stat_activity), over `samples` samples.
+    peak_pooled: int = 0
+    peak_listening: int = 0
+    samples: int = 0
+    deaf_workers: int = 0  # workers whose listener said it hears no NOTIFY
 
     @property
     def ok(self) -> bool:
@@ -81,6 +96,8 @@ class ChaosRun:
         self.faults: Counter[str] = Counter()
         self.api: subprocess.Popen[bytes] | None = None
         self.pauses: list[list[Any]] = []  # [paused from, resumed at] by database time
+        self.bouncer: PgBouncer | None = None
+        self.watch: ServerConnections | None = None
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -99,6 +116,19 @@ class ChaosRun:
         if application_name:
             db["OPTIONS"] = {"application_name": application_name}
         return dburl.build(db)
+
+    def client_url(self, name: str) -> str:
+        """The DATABASE_URL a worker or the API gets: through the pooler if there is one, else direct."""
+        if self.bouncer is None:
+            return self.url(f"rq-chaos-{name}")
+        return self.bouncer.url_for(self.bouncer.dbname, application_name=f"rq-chaos-{name}")
+
+    def start_pooler(self) -> None:
+        if self.profile.pool_size is None:
+            return
+        ensure_server_role(self.url("rq-chaos-admin"))
+        self.bouncer = PgBouncer.start(self.database(), pool_size=self.profile.pool_size, server_user=SERVER_ROLE)
+        self.watch = pooler.watch(self.url("rq-chaos-watch"))
 
     def admin(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.url("rq-chaos-admin"), autocommit=True)
@@ -140,7 +170,7 @@ class ChaosRun:
 
     def env(self, name: str, crash_at: str | None = None) -> dict[str, str]:
         env = processes.child_env(
-            DATABASE_URL=self.url(f"rq-chaos-{name}"),
+            DATABASE_URL=self.client_url(name),
             RELIABLEQ_LEASE_SECONDS=LEASE_SECONDS,
             RELIABLEQ_BACKOFF_BASE_SECONDS="0.05",
             RELIABLEQ_BACKOFF_MAX_SECONDS="0.5",
@@ -151,8 +181,14 @@ class ChaosRun:
             RELIABLEQ_LOG_LEVEL="WARNING",
             RELIABLEQ_TEST_FLOW="1",
         )
-        for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED"):
+        for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED", "LISTEN_DATABASE_URL"):
             env.pop(key, None)
+        if self.bouncer is not None:
+            # LISTEN needs a session of its own: a direct connection, under a name the watch counts.
+            env.update(
+                LISTEN_DATABASE_URL=self.url(f"rq-chaos-{name}{pooler.LISTEN_SUFFIX}"),
+                RELIABLEQ_LISTEN_DATABASE="direct",
+            )
         if crash_at:
             env.update(
                 RELIABLEQ_CRASH_AT=crash_at,
@@ -168,7 +204,7 @@ class ChaosRun:
         log = self.log_dir / f"seed{self.seed}-{name}.log"
         with log.open("wb") as out:
             process = processes.start_worker(
-                ["--concurrency", str(CONCURRENCY), "--worker-id", name, "--grace-seconds", "2"],
+                ["--concurrency", str(self.profile.concurrency), "--worker-id", name, "--grace-seconds", "2"],
                 env=self.env(name, crash_at),
                 log=out,
             )
@@ -310,6 +346,8 @@ class ChaosRun:
 
     def supervise(self, *, faults: bool) -> None:
         """Restart workers that died, resume workers stopped past their lease: what a supervisor does."""
+        if self.watch is not None:
+            self.watch.sample()
         now = time.monotonic()
         for worker in list(self.workers):
             if worker.stopped_until and now >= worker.stopped_until:
@@ -325,6 +363,7 @@ class ChaosRun:
     def run(self) -> Outcome:
         started = time.monotonic()
         self.token = self.prepare()
+        self.start_pooler()
         port = processes.free_port()
         self.base_url = f"http://127.0.0.1:{port}"
         api_log = (self.log_dir / f"seed{self.seed}-api.log").open("wb")
@@ -338,8 +377,9 @@ class ChaosRun:
             for _ in range(self.profile.workers):
                 self.start_worker(faults=True)
             self.say(
-                f"seed {self.seed}: {len(rows)} jobs, {self.profile.workers} workers x {CONCURRENCY}, "
+                f"seed {self.seed}: {len(rows)} jobs, {self.profile.workers} workers x {self.profile.concurrency}, "
                 f"faults for {self.profile.fault_seconds:g}s"
+                + (f", through PgBouncer (pool size {self.profile.pool_size})" if self.bouncer else "")
             )
             fault_start = time.monotonic()
             for at, event in self.plan():
@@ -356,8 +396,13 @@ class ChaosRun:
             api_log.close()
         outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
         outcome.faults = self.faults + self.crash_counts()
+        outcome.deaf_workers = self.count_logs("does not hear a NOTIFY")
+        if self.watch is not None:
+            outcome.peak_pooled = self.watch.peaks["pooled"]
+            outcome.peak_listening = self.watch.peaks["listening"]
+            outcome.samples = self.watch.samples
         with self.admin() as conn:
-            outcome.report = check(conn, concurrency=CONCURRENCY, pauses=[tuple(p) for p in self.pauses])
+            outcome.report = check(conn, concurrency=self.profile.concurrency, pauses=[tuple(p) for p in self.pauses])
             outcome.statuses = Counter(
                 dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall())
             )
@@ -398,6 +443,15 @@ class ChaosRun:
             processes.stop(worker.process)
         if self.api is not None:
             processes.stop(self.api)
+        if self.watch is not None:
+            self.watch.close()
+        if self.bouncer is not None:
+            self.bouncer.stop()
+
+    def count_logs(self, text: str) -> int:
+        """How many workers' logs say `text`."""
+        logs = [w.log for w in self.workers + self.dead_workers if w.log.exists()]
+        return sum(1 for log in logs if text in log.read_text(errors="replace"))
 
     def crash_counts(self) -> Counter[str]:
         counts: Counter[str] = Counter()
@@ -409,7 +463,8 @@ class ChaosRun:
 
 
 def reproduce_command(seed: int, profile: Profile) -> str:
+    pooled = f" --concurrency {profile.concurrency} --pool-size {profile.pool_size}" if profile.pool_size else ""
     return (
         f"python -m tests.chaos --first-seed {seed} --seeds 1 --jobs {profile.jobs} "
-        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g}"
+        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g}{pooled}"
     )

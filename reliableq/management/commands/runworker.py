@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -41,6 +42,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--worker-id", default=None, help="Name in logs and attempts (default host:pid).")
         parser.add_argument("--burst", action="store_true", help="Exit 0 once nothing is due or running.")
+        parser.add_argument(
+            "--health-file",
+            type=Path,
+            default=None,
+            help="Touch this file after every loop pass without a database error (for liveness probes).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = self.config(options)
@@ -66,6 +73,10 @@ class Command(BaseCommand):
         grace = options["grace_seconds"]
         if grace < 0:
             raise CommandError("--grace-seconds cannot be negative.")
+        health_file = options["health_file"]
+        if health_file is not None and not health_file.parent.is_dir():
+            # Caught now, not by a liveness probe that would restart the worker forever.
+            raise CommandError(f"--health-file: no directory {health_file.parent} to write it in.")
         worker_id = options["worker_id"] or default_worker_id()
         if len(worker_id) > 200:
             raise CommandError("--worker-id is limited to 200 characters.")
@@ -80,6 +91,7 @@ class Command(BaseCommand):
             retention_seconds=float(reliableq_settings.RETENTION_INTERVAL_SECONDS),
             worker_id=worker_id,
             burst=options["burst"],
+            health_file=health_file,
         )
 
     def configure_logging(self, verbosity: int) -> None:
