@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -36,6 +36,20 @@ class BaseAPIView(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [ProblemJSONParser]
     renderer_classes = [JSONRenderer]
+    # The query parameters the route reads; any other is a 400, after authentication and
+    # permissions (a stranger learns nothing from it). None: the view checks its own.
+    query_parameters: frozenset[str] | None = frozenset()
+
+    def known_query_parameters(self) -> frozenset[str] | None:
+        return self.query_parameters
+
+    def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        known = self.known_query_parameters()
+        if known is not None:
+            unknown = sorted(set(request.query_params) - known)
+            if unknown:
+                raise ValidationError({name: ["Unknown query parameter."] for name in unknown})
 
     def get_exception_handler(self) -> Any:
         return problems.exception_handler

@@ -87,6 +87,10 @@ class JobPagination(CursorPagination):
 
 
 class JobListView(BaseAPIView):
+    def known_query_parameters(self) -> frozenset[str] | None:
+        # The list's FilterSerializer refuses what it does not know; a submission takes none.
+        return None if self.request.method == "GET" else frozenset()
+
     def get_permissions(self) -> list[Any]:
         needed = "view_job" if self.request.method == "GET" else "submit_job"
         return [*list(super().get_permissions()), permission(needed)()]

@@ -15,7 +15,7 @@ from reliableq import db, leases
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from reliableq.stats import snapshot
 
-from .conftest import problem_of
+from .conftest import ALL_PERMS, problem_of
 from .jobs import claim_one, finish, fresh_queue, job_in
 
 pytestmark = pytest.mark.django_db
@@ -462,3 +462,27 @@ def test_schema_documents_the_contract_status_codes_of_each_operation(anon):
             for code, answer in operation["responses"].items():
                 if code.startswith(("4", "5")):
                     assert list(answer["content"]) == ["application/problem+json"], (path, method, code)
+
+
+# -- unknown query parameters, on every route ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("post", "/v1/jobs"),
+        ("post", "/v1/jobs/batch"),
+        ("get", "/v1/jobs/00000000-0000-0000-0000-000000000000"),
+        ("post", "/v1/jobs/00000000-0000-0000-0000-000000000000/replay"),
+        ("post", "/v1/jobs/00000000-0000-0000-0000-000000000000/cancel"),
+        ("get", "/v1/stats"),
+        ("get", "/v1/metrics"),
+        ("get", "/v1/queues"),
+        ("get", "/v1/charges/1"),
+    ],
+)
+def test_an_unknown_query_parameter_is_400_on_every_route(make_client, method, path):
+    client = make_client(*ALL_PERMS)
+    response = getattr(client, method)(f"{path}?verbose=1", {}, format="json")
+    body = problem_of(response, 400)
+    assert "verbose" in str(body)
