@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import TypeVar
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
 from . import db
+from .fields import BigIntegerArrayField, IntegerArrayField
 
 
 class JobStatus(models.TextChoices):
@@ -258,8 +258,8 @@ class RateWindow(models.Model):
 
     kind = models.CharField(max_length=200)
     shard = models.PositiveSmallIntegerField(default=0)
-    buckets = ArrayField(models.BigIntegerField(), default=list)
-    counts = ArrayField(models.IntegerField(), default=list)
+    buckets = BigIntegerArrayField(default=list)
+    counts = IntegerArrayField(default=list)
 
     objects = QueueManager["RateWindow"]()
 

@@ -1,5 +1,6 @@
-import django.contrib.postgres.fields
 from django.db import migrations, models
+
+import reliableq.fields
 
 
 class Migration(migrations.Migration):
@@ -26,18 +27,8 @@ class Migration(migrations.Migration):
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
                 ("kind", models.CharField(max_length=200)),
                 ("shard", models.PositiveSmallIntegerField(default=0)),
-                (
-                    "buckets",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.BigIntegerField(), default=list, size=None
-                    ),
-                ),
-                (
-                    "counts",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.IntegerField(), default=list, size=None
-                    ),
-                ),
+                ("buckets", reliableq.fields.BigIntegerArrayField(default=list)),
+                ("counts", reliableq.fields.IntegerArrayField(default=list)),
             ],
         ),
         migrations.AddField(
