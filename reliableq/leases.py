@@ -228,6 +228,20 @@ def _take_rated(
     return _claim(statement, worker_id, lease_seconds)[0] if made else []
 
 
+def rate_bucket(rate: Rate, moment: Any) -> int:
+    """The number of the bucket (a twentieth of the rate's window, from the epoch) that holds `moment`."""
+    return math.floor(moment.timestamp() * RATE_BUCKETS / rate.seconds)
+
+
+def shard_room(rate: Rate, shard: int, shards: int, buckets: list[int], counts: list[int], now: Any) -> int:
+    """Starts shard `shard` of `shards` may still make at database time `now`: its share of N (N // K,
+    one more for the first N % K) less its starts in every bucket that overlaps (now - window, now],
+    a partial bucket counted whole: never fewer starts than the window holds, so never more room."""
+    share = rate.count // shards + (1 if shard < rate.count % shards else 0)
+    oldest = rate_bucket(rate, now) - RATE_BUCKETS
+    return share - sum(c for b, c in zip(buckets, counts, strict=True) if b >= oldest)
+
+
 def rate_shards(rate: Rate) -> int:
     """How many rows share a rated kind's N: one per 64 of N, up to 8, so that up to 8 claimers
     at once need not wait; a small N stays whole, so one claim can use all of its room."""
@@ -319,9 +333,6 @@ class _RateWindow:
     counts: list[int]
     room: int
 
-    def bucket(self, moment: Any) -> int:
-        return math.floor(moment.timestamp() * RATE_BUCKETS / self.rate.seconds)
-
     @classmethod
     def lock(cls, kind: str, rate: Rate) -> _RateWindow:
         """Lock the kind's row (made on first use) and count the starts in the window ending now."""
@@ -335,16 +346,12 @@ class _RateWindow:
                 [kind],
             )
             buckets, counts, now = cursor.fetchone()
-        window = cls(kind, rate, list(buckets), list(counts), 0)
-        # Every bucket that overlaps (now - window, now], a partial one counted whole: never fewer
-        # starts than the window holds, so never more room than it has.
-        oldest = window.bucket(now) - RATE_BUCKETS
-        window.room = rate.count - sum(c for b, c in zip(window.buckets, window.counts, strict=True) if b >= oldest)
-        return window
+        buckets, counts = list(buckets), list(counts)
+        return cls(kind, rate, buckets, counts, shard_room(rate, 0, 1, buckets, counts, now))
 
     def record(self, started: int, at: Any) -> None:
         """Add `started` starts at database time `at` and forget buckets older than any window."""
-        now = self.bucket(at)
+        now = rate_bucket(self.rate, at)
         kept = {b: c for b, c in zip(self.buckets, self.counts, strict=True) if b >= now - RATE_BUCKETS}
         kept[now] = kept.get(now, 0) + started
         with db.cursor() as cursor:

@@ -149,11 +149,6 @@ def for_http(kind: str) -> Handler:
     return found
 
 
-def caps() -> dict[str, int]:
-    """Kinds with a fleet-wide max_running, and that cap."""
-    return {kind: h.max_running for kind, h in _handlers.items() if h.max_running}
-
-
 def limits() -> dict[str, Limits]:
     """Kinds whose claims are limited (max_running, max_running_per_key, rate_limit), and how."""
     return {kind: h.limits for kind, h in _handlers.items() if h.limits is not None}

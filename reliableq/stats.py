@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -259,7 +258,7 @@ def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
     N // K (plus one for the first N % K); a kind also capped or limited per key keeps all of N in
     shard 0 (reliableq.leases). A shard not made yet has all of its share free.
     """
-    from .leases import RATE_BUCKETS, rate_shards
+    from .leases import rate_shards, shard_room
 
     if not limited:
         return set()
@@ -274,18 +273,11 @@ def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
         rate = limits.rate
         assert rate is not None
         shards = 1 if (limits.max_running or limits.per_key) else rate_shards(rate)
-        oldest = math.floor(now.timestamp() * RATE_BUCKETS / rate.seconds) - RATE_BUCKETS
-
         rooms = []
         for shard in range(shards):
-            share = rate.count // shards + (1 if shard < rate.count % shards else 0)
-            window = windows.get((kind, shard))
-            used = (
-                0
-                if window is None
-                else sum(c for b, c in zip(window.buckets, window.counts, strict=True) if b >= oldest)
-            )
-            rooms.append(share - used)
+            window = windows.get((kind, shard))  # a shard not made yet: no starts
+            buckets, counts = (window.buckets, window.counts) if window is not None else ([], [])
+            rooms.append(shard_room(rate, shard, shards, buckets, counts, now))
         if all(r <= 0 for r in rooms):
             full.add(kind)
     return full
