@@ -415,37 +415,54 @@ class JobAdmin(admin.ModelAdmin):
 
 @require_POST  # its wrapper takes the request as the first argument
 def _replay_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:
-    if not model_admin.has_replay_permission(request):
-        raise PermissionDenied
-    job = model_admin.get_object(request, object_id)
-    if job is None:
-        return HttpResponseRedirect(reverse("admin:reliableq_job_changelist"))
-    try:
-        job = services.replay(job.pk, by=request.user)
-    except WrongStatus as exc:
-        model_admin.message_user(request, str(exc), messages.ERROR)
-    else:
-        model_admin.message_user(request, f"Job {job.id} replayed: it is PENDING again.", messages.SUCCESS)
-    return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
+    return _act_on_one(
+        request,
+        model_admin,
+        object_id,
+        allowed=model_admin.has_replay_permission(request),
+        act=services.replay,
+        done=lambda job: f"Job {job.id} replayed: it is PENDING again.",
+    )
 
 
 @require_POST
 def _cancel_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:
-    if not model_admin.has_cancel_permission(request):
+    def done(job: Job) -> str:
+        if job.status == JobStatus.RUNNING:
+            return f"Job {job.id} was asked to stop: it ends CANCELLED when its handler stops."
+        return f"Job {job.id} cancelled: no worker will run it."
+
+    return _act_on_one(
+        request,
+        model_admin,
+        object_id,
+        allowed=model_admin.has_cancel_permission(request),
+        act=services.cancel,
+        done=done,
+    )
+
+
+def _act_on_one(
+    request: HttpRequest,
+    model_admin: JobAdmin,
+    object_id: str,
+    *,
+    allowed: bool,
+    act: Callable[..., Job],
+    done: Callable[[Job], str],
+) -> HttpResponse:
+    """A job page's button: the permission, the service call (audited as the user), a message."""
+    if not allowed:
         raise PermissionDenied
     job = model_admin.get_object(request, object_id)
     if job is None:
         return HttpResponseRedirect(reverse("admin:reliableq_job_changelist"))
     try:
-        job = services.cancel(job.pk, by=request.user)
+        job = act(job.pk, by=request.user)
     except WrongStatus as exc:
         model_admin.message_user(request, str(exc), messages.ERROR)
     else:
-        if job.status == JobStatus.RUNNING:
-            message = f"Job {job.id} was asked to stop: it ends CANCELLED when its handler stops."
-        else:
-            message = f"Job {job.id} cancelled: no worker will run it."
-        model_admin.message_user(request, message, messages.SUCCESS)
+        model_admin.message_user(request, done(job), messages.SUCCESS)
     return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
 
 
