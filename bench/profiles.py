@@ -30,6 +30,10 @@ class Profile:
     fleets: tuple[int, ...]  # the fleet scenario: worker processes, each at fleet_slots
     fleet_slots: int
     maintenance_seconds: float  # the fleet scenario's window counting maintenance statements
+    xmin_rates: tuple[float, ...]  # the long-transaction scenario: offered jobs/s
+    xmin_phases: tuple[float, float, float]  # seconds of baseline, with the snapshot held, after its release
+    xmin_variants: tuple[str, ...]  # how the snapshot is held (bench.scenarios.xmin.VARIANTS)
+    xmin_window: float  # seconds per row of its report
     peers: bool
 
 
@@ -58,6 +62,10 @@ PROFILES = {
         fleets=(1, 2),
         fleet_slots=4,
         maintenance_seconds=2.0,
+        xmin_rates=(200,),
+        xmin_phases=(4.0, 8.0, 4.0),
+        xmin_variants=("repeatable read",),
+        xmin_window=4.0,
         peers=True,
     ),
     "quick": Profile(
@@ -84,6 +92,10 @@ PROFILES = {
         fleets=(1, 2, 4, 8),
         fleet_slots=8,
         maintenance_seconds=6.0,
+        xmin_rates=(800, 3000),
+        xmin_phases=(20.0, 60.0, 30.0),
+        xmin_variants=("repeatable read", "idle in transaction"),
+        xmin_window=10.0,
         peers=True,
     ),
     "full": Profile(
@@ -110,6 +122,10 @@ PROFILES = {
         fleets=(1, 2, 4, 8),
         fleet_slots=8,
         maintenance_seconds=15.0,
+        xmin_rates=(800, 3000),
+        xmin_phases=(120.0, 600.0, 120.0),
+        xmin_variants=("repeatable read", "idle in transaction"),
+        xmin_window=10.0,
         peers=True,
     ),
 }

@@ -216,6 +216,27 @@ def plot_amplification(out: Path, data: dict[float, dict[str, float]]) -> str:
     return _save(fig, out, "amplification.png")
 
 
+def plot_xmin(out: Path, results: dict[str, dict[str, Any]], base: float, pin: float) -> str:
+    """Completed / offered and the claim p99 per window of each run, the held snapshot shaded."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, r in results.items():
+        ws = r["windows"]
+        mids = [(w.start + w.end) / 2 for w in ws]
+        a.plot(mids, [100 * w.completed / max(1, w.offered) for w in ws], marker="o", markersize=3, label=name)
+        b.plot(mids, [w.p(99) for w in ws], marker="o", markersize=3, label=name)
+    for ax in (a, b):
+        ax.axvspan(base, base + pin, color="#dddddd", zorder=0)
+        ax.set_xlabel("seconds (shaded: snapshot held)")
+    a.axhline(95, color=COLORS["ceiling"], linestyle=":")
+    a.set_ylabel("completed / offered, %")
+    a.set_ylim(bottom=0)
+    a.legend(fontsize=7)
+    b.set_yscale("log")
+    b.set_ylabel("claim p99, ms (log)")
+    b.legend(fontsize=7)
+    return _save(fig, out, "xmin.png")
+
+
 def markdown(
     *, title: str, header: list[str], summary: str, sections: list[Any], gate: Any, closing: str, findings: str = ""
 ) -> str:

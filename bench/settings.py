@@ -7,10 +7,11 @@ only when installed (`pip install -e ".[bench]"`), so the harness still runs wit
 
 from __future__ import annotations
 
+import os
 from importlib.util import find_spec
 
 from testproject.settings import *  # noqa: F403
-from testproject.settings import INSTALLED_APPS, TASKS
+from testproject.settings import INSTALLED_APPS, LOGGING, TASKS
 
 HAVE_PROCRASTINATE = find_spec("procrastinate") is not None
 HAVE_TASKS_DB = find_spec("django_tasks_db") is not None
@@ -22,3 +23,18 @@ if HAVE_TASKS_DB:
     INSTALLED_APPS.append("django_tasks_db")
     # Django's tasks framework with its database backend, as a Django team would set it up.
     TASKS = {**TASKS, "dbpeer": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["bench"]}}
+
+# The long-transaction scenario reads every claim's duration from the workers (BENCH_CLAIM_LOG: a file).
+if os.environ.get("BENCH_CLAIM_LOG"):
+    LOGGING = {
+        **LOGGING,
+        "formatters": {**LOGGING["formatters"], "claim": {"format": "%(created).3f %(message)s"}},
+        "handlers": {
+            **LOGGING["handlers"],
+            "claims": {"class": "logging.FileHandler", "filename": os.environ["BENCH_CLAIM_LOG"], "formatter": "claim"},
+        },
+        "loggers": {
+            **LOGGING["loggers"],
+            "reliableq.worker.claim": {"handlers": ["claims"], "level": "DEBUG", "propagate": False},
+        },
+    }

@@ -14,6 +14,8 @@ from .pool import Pool
 from .store import Store
 
 logger = logging.getLogger("reliableq.worker")
+# Every claim's duration, at DEBUG: what the benchmark's long-transaction scenario reads.
+claim_logger = logging.getLogger("reliableq.worker.claim")
 
 
 class Producer:
@@ -50,6 +52,7 @@ class Producer:
                 logger.warning("job=%s claimed by a commit that was never acknowledged; released", job_id)
         # Until the claim returns, its commit may have happened without us hearing of it.
         self._uncertain = True
+        began = time.monotonic()
         jobs, _ = self._store.claim(
             worker_id=self.worker_id,
             queues=self.queues,
@@ -59,6 +62,8 @@ class Producer:
             rescue=rescue,
         )
         self._uncertain = False
+        if claim_logger.isEnabledFor(logging.DEBUG):
+            claim_logger.debug("claim %.3f ms %d/%d", 1000 * (time.monotonic() - began), len(jobs), free)
         self._start(jobs)
         return len(jobs) < free
 

@@ -29,6 +29,7 @@ SECTIONS = [
     "## I/O-bound jobs",
     "## Latency from enqueue",
     "## Claim cost as finished jobs pile up",
+    "## Long transactions",
     "## Recovery after SIGKILL",
     "## Retry amplification",
     "## Through PgBouncer",
@@ -36,7 +37,16 @@ SECTIONS = [
     "## Correctness gate",
     "## Closing note",
 ]
-PLOTS = ["ingestion.png", "throughput.png", "io.png", "latency.png", "pileup.png", "recovery.png", "amplification.png"]
+PLOTS = [
+    "ingestion.png",
+    "throughput.png",
+    "io.png",
+    "latency.png",
+    "pileup.png",
+    "xmin.png",
+    "recovery.png",
+    "amplification.png",
+]
 
 
 @pytest.mark.slow
@@ -81,6 +91,9 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     assert results["machine"]["synchronous_commit"] == "on"
     pooler = results["sections"]["pooler"]
     assert 1 <= pooler["pgbouncer"]["server_connections"] <= pooler["config"]["pool_size"]
+    held = results["sections"]["xmin"]["200/s, repeatable read"]
+    assert [w["phase"] for w in held["windows"]][:3] == ["baseline", "held", "held"]
+    assert all(w["claims"] > 0 for w in held["windows"])
     fleet = results["sections"]["fleet"]
     assert list(fleet["by_processes"]) == ["1", "2"]
     assert all(point["calls"]["rescue"] >= 1 for point in fleet["by_processes"].values())

@@ -1,0 +1,360 @@
+"""Long transactions: a steady load while another session holds a snapshot open in the same database.
+
+While any transaction of the database holds a snapshot (a REPEATABLE READ report, pg_dump, a
+session left idle in a transaction that wrote), vacuum cannot remove a row version that the
+snapshot might still see, and no index scan can mark such an entry dead. Every claimed job leaves
+one of those behind in the due index, and every finished job one in the lease index: a queue that
+reads either from its start walks all of them, on every claim and every rescue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.db import connection, transaction
+
+from ..core import Procs, percentile, wait_for
+from ..systems import QUEUE, _one
+from .context import Bench
+from .helpers import Section, table
+from .registry import scenario
+
+VARIANTS = {
+    "repeatable read": "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class",
+    "idle in transaction": "BEGIN; SELECT txid_current()",
+}
+TICK = 0.02  # the enqueuer inserts every 20 ms what the rate owes by then
+GOAL_COMPLETED = 0.95
+GOAL_CLAIM_P99 = 5.0
+GOAL_RECOVERY = 60.0
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the run's start
+    enqueued: int  # cumulative
+    completed: int  # cumulative
+    dead_tuples: int
+    horizon_age: float
+
+
+@dataclass
+class Window:
+    start: float
+    end: float
+    phase: str
+    offered: int
+    completed: int
+    claims: list[float] = field(default_factory=list)  # ms
+    backlog: int = 0
+    dead_tuples: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def p(self, q: float) -> float:
+        return percentile(self.claims, q) if self.claims else float("nan")
+
+
+@scenario(
+    "xmin",
+    title="Long transactions: throughput and claims while a snapshot is held",
+    knobs=("xmin_rates", "xmin_phases", "xmin_variants", "xmin_window", "fleet"),
+)
+def xmin(bench: Bench, s: Section) -> None:
+    p = bench.p
+    fp, fc = p.fleet
+    base, pin, after = p.xmin_phases
+    s.intro = (
+        f"A steady enqueuer offers no-op jobs at a fixed rate (every {1000 * TICK:.0f} ms, one INSERT of what is "
+        f"owed) to {fp} x {fc} workers: {base:g} s of baseline, then {pin:g} s while another session of the same "
+        f"database holds a snapshot ({' / '.join(p.xmin_variants)}), then {after:g} s after its release. "
+        f"Per {p.xmin_window:g} s: jobs completed per second against offered, the workers' own claim durations "
+        "(every claim of every worker, logged at DEBUG by reliableq.worker.claim), the backlog (enqueued and not "
+        "finished) and the job table's dead tuples. Goals, at every rate: completed >= 95% of offered in every "
+        "window of the pin, claim p99 <= 5x the baseline's, the backlog back to its baseline level within 60 s "
+        "of the release."
+    )
+    results: dict[str, dict[str, Any]] = {}
+    rows = []
+    for rate in p.xmin_rates:
+        for variant in p.xmin_variants:
+            name = f"{rate:g}/s, {variant}"
+            bench.say(f"xmin: {name}: {base:g} s + {pin:g} s held + {after:g} s")
+            windows, samples = _run(bench, rate, variant, fp, fc)
+            verdict = _verdict(windows, samples, rate, base, pin)
+            results[name] = {"rate": rate, "variant": variant, "windows": windows, "samples": samples, **verdict}
+            bench.say(
+                f"  {name}: completed during the pin >= {100 * verdict['worst_completed']:.0f}% of offered, "
+                f"claim p99 {verdict['base_p99']:.2f} -> {verdict['pin_p99']:.2f} ms "
+                f"({verdict['p99_ratio']:.1f}x), recovered in {_secs(verdict['recovery'])}"
+            )
+            rows.append(
+                [
+                    name,
+                    f"{100 * verdict['worst_completed']:.0f}%",
+                    f"{verdict['base_p50']:.2f} / {verdict['base_p99']:.2f}",
+                    f"{verdict['pin_p50']:.2f} / {verdict['pin_p99']:.2f}",
+                    f"{verdict['p99_ratio']:.1f}x",
+                    f"{verdict['pin_max']:.0f}",
+                    f"{verdict['peak_backlog']:,}",
+                    _secs(verdict["recovery"]),
+                    f"{verdict['peak_dead']:,}",
+                    "yes" if verdict["met"] else "**no**",
+                ]
+            )
+    s.tables.append(
+        table(
+            [
+                "load, snapshot",
+                "worst window completed / offered",
+                "claim p50 / p99 ms, baseline",
+                "claim p50 / p99 ms, held (worst window)",
+                "p99 ratio",
+                "slowest claim held, ms",
+                "peak backlog",
+                "backlog recovered after release",
+                "peak dead tuples",
+                "goals met",
+            ],
+            rows,
+        )
+    )
+    for name, r in results.items():
+        s.notes.append(f"Per {p.xmin_window:g} s, {name}:\n\n" + _window_table(r["windows"]))
+    s.data = {
+        name: {
+            **{k: v for k, v in r.items() if k not in ("windows", "samples")},
+            "windows": [
+                {
+                    "start": w.start,
+                    "phase": w.phase,
+                    "offered_per_s": w.offered / w.seconds,
+                    "completed_per_s": w.completed / w.seconds,
+                    "claim_p50_ms": w.p(50),
+                    "claim_p99_ms": w.p(99),
+                    "claims": len(w.claims),
+                    "backlog": w.backlog,
+                    "dead_tuples": w.dead_tuples,
+                }
+                for w in r["windows"]
+            ],
+        }
+        for name, r in results.items()
+    }
+    bench.results["xmin"] = {name: r["met"] for name, r in results.items()}
+    from .. import report
+
+    s.plots.append(report.plot_xmin(bench.out, results, base, pin))
+
+
+def _secs(x: float | None) -> str:
+    return "not within the run" if x is None else f"{x:.0f} s"
+
+
+def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[list[Window], list[Sample]]:
+    base, pin, after = bench.p.xmin_phases
+    total = base + pin + after
+    tag = f"xmin-{rate:g}-{variant.split()[0]}"
+    claims_log = bench.logs / f"{tag}-claims.log"
+    claims_log.unlink(missing_ok=True)
+    bench.rq.reset()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE reliableq_job")
+    samples: list[Sample] = []
+    with Procs(bench.logs) as procs:
+        bench.rq.start_workers(procs, processes=fp, concurrency=fc, tag=tag, BENCH_CLAIM_LOG=str(claims_log))
+        bench.rq.warm_up(procs, fp * fc)
+        enqueuer = _Enqueuer(rate, total)
+        pinner: psycopg.Connection[Any] | None = None
+        began = time.time()
+        enqueuer.start(began)
+        completed = 0
+        last = began
+        try:
+            while (now := time.time()) < began + total:
+                at = now - began
+                if pinner is None and base <= at < base + pin:
+                    pinner = psycopg.connect(bench.database_url, autocommit=True)
+                    for statement in VARIANTS[variant].split("; "):
+                        pinner.execute(statement)
+                    bench.say(f"  {variant}: snapshot held from {at:.0f} s")
+                if pinner is not None and at >= base + pin:
+                    pinner.execute("ROLLBACK")
+                    pinner.close()
+                    pinner = None
+                    bench.say(f"  {variant}: released at {at:.0f} s")
+                done, dead, age = _one(
+                    """
+                    SELECT (SELECT count(*) FROM reliableq_job
+                             WHERE finished_at >= to_timestamp(%s) AND finished_at < to_timestamp(%s)),
+                           (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'reliableq_job'),
+                           coalesce((SELECT extract(epoch FROM max(now() - xact_start)) FROM pg_stat_activity
+                                      WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL), 0)
+                    """,
+                    [last, now],
+                )
+                completed += done
+                last = now
+                samples.append(Sample(at, enqueuer.count, completed, int(dead), float(age)))
+                procs.check_alive()
+                time.sleep(max(0.0, 1.0 - (time.time() - now)))
+        finally:
+            enqueuer.stop()
+            if pinner is not None:
+                pinner.close()
+        enqueued = enqueuer.count
+        wait_for(
+            lambda: bench.rq.unfinished() == 0, timeout=max(120.0, enqueued / 500), interval=0.5, what=f"{tag} to drain"
+        )
+    o = bench.rq.outcome()
+    bench.gate_outcome(tag, o, n=enqueued, attempts=enqueued)
+    bench.gate.check(
+        tag, f"the enqueuer kept its rate ({enqueued} of {int(rate * total)})", enqueued >= 0.97 * rate * total
+    )
+    return _windows(bench, samples, _claims(claims_log, began)), samples
+
+
+class _Enqueuer:
+    """A thread that inserts, every TICK, the jobs the rate owes since the start (one INSERT, one commit)."""
+
+    def __init__(self, rate: float, seconds: float) -> None:
+        self.rate = rate
+        self.seconds = seconds
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self, began: float) -> None:
+        self._thread = threading.Thread(target=self._run, args=(began,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.error is not None:
+            raise RuntimeError("the enqueuer failed") from self.error
+
+    def _run(self, began: float) -> None:
+        from reliableq import services
+
+        try:
+            while not self._stop.is_set():
+                elapsed = time.time() - began
+                if elapsed >= self.seconds:
+                    break
+                owed = int(self.rate * elapsed) - self.count
+                if owed > 0:
+                    with transaction.atomic():
+                        services.enqueue_many("bench.noop", [{}] * owed, queue=QUEUE)
+                    self.count += owed
+                self._stop.wait(TICK)
+        except BaseException as error:  # reported by stop()
+            self.error = error
+        finally:
+            connection.close()
+
+
+def _claims(path: Path, began: float) -> list[tuple[float, float]]:
+    """(seconds since the start, ms) of every claim the workers logged."""
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[1] == "claim":
+                out.append((float(parts[0]) - began, float(parts[2])))
+    return out
+
+
+def _windows(bench: Bench, samples: list[Sample], claims: list[tuple[float, float]]) -> list[Window]:
+    """Group the 1 s samples into windows of xmin_window seconds, cut at the start and the end of the pin."""
+    base, pin, _ = bench.p.xmin_phases
+    step = bench.p.xmin_window
+    cuts = (base, base + pin)
+    windows = []
+    start = 0.0
+    prev = Sample(0.0, 0, 0, 0, 0.0)
+    for sample in samples:
+        crossed = any(start < cut - 0.5 <= sample.at for cut in cuts)
+        if not crossed and sample.at - start < step - 0.5 and sample is not samples[-1]:
+            continue
+        middle = (start + sample.at) / 2
+        phase = "baseline" if middle < base else "held" if middle < base + pin else "after"
+        w = Window(start, sample.at, phase, sample.enqueued - prev.enqueued, sample.completed - prev.completed)
+        w.claims = [ms for at, ms in claims if start <= at < sample.at]
+        w.backlog = sample.enqueued - sample.completed
+        w.dead_tuples = sample.dead_tuples
+        windows.append(w)
+        start, prev = sample.at, sample
+    return windows
+
+
+def _verdict(windows: list[Window], samples: list[Sample], rate: float, base: float, pin: float) -> dict[str, Any]:
+    baseline = [w for w in windows if w.phase == "baseline"][1:] or [w for w in windows if w.phase == "baseline"]
+    held = [w for w in windows if w.phase == "held"]
+    base_claims = [ms for w in baseline for ms in w.claims]
+    worst = min((w.completed / max(1, w.offered) for w in held), default=float("nan"))
+    pin_p99 = max((w.p(99) for w in held if w.claims), default=float("nan"))
+    pin_p50 = max((w.p(50) for w in held if w.claims), default=float("nan"))
+    base_p99 = percentile(base_claims, 99) if base_claims else float("nan")
+    base_p50 = percentile(base_claims, 50) if base_claims else float("nan")
+    level = max((s.enqueued - s.completed for s in samples if s.at <= base), default=0) + rate * 0.5
+    recovery = next(
+        (s.at - (base + pin) for s in samples if s.at >= base + pin and s.enqueued - s.completed <= level), None
+    )
+    ratio = pin_p99 / base_p99 if base_p99 else float("nan")
+    met = worst >= GOAL_COMPLETED and ratio <= GOAL_CLAIM_P99 and recovery is not None and recovery <= GOAL_RECOVERY
+    return {
+        "worst_completed": worst,
+        "base_p50": base_p50,
+        "base_p99": base_p99,
+        "pin_p50": pin_p50,
+        "pin_p99": pin_p99,
+        "p99_ratio": ratio,
+        "pin_max": max((max(w.claims) for w in held if w.claims), default=float("nan")),
+        "peak_backlog": max((s.enqueued - s.completed for s in samples), default=0),
+        "recovery": recovery,
+        "peak_dead": max((s.dead_tuples for s in samples), default=0),
+        "met": bool(met),
+    }
+
+
+def _window_table(windows: list[Window]) -> str:
+    rows = [
+        [
+            f"{w.start:.0f}-{w.end:.0f}",
+            w.phase,
+            f"{w.offered / w.seconds:,.0f}",
+            f"{w.completed / w.seconds:,.0f}",
+            f"{100 * w.completed / max(1, w.offered):.0f}%",
+            f"{w.p(50):.2f}",
+            f"{w.p(99):.2f}",
+            len(w.claims),
+            f"{w.backlog:,}",
+            f"{w.dead_tuples:,}",
+        ]
+        for w in windows
+    ]
+    return table(
+        [
+            "s",
+            "phase",
+            "offered/s",
+            "completed/s",
+            "of offered",
+            "claim p50 ms",
+            "claim p99 ms",
+            "claims",
+            "backlog",
+            "dead tuples",
+        ],
+        rows,
+    )
