@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from . import db, faults, planguard
+from .floors import ClaimFloors, RescueFloor
 from .models import Attempt, Job, JobStatus, QueueState, RateWindow, ReturnValue
 from .registry import Limits, Rate
 
@@ -73,6 +75,7 @@ class ClaimedJob:
     worker_id: str
     snoozes: int = 0
     concurrency_key: str | None = None
+    run_at: Any = None  # when it became due: where the claim found it (reliableq.floors)
     # Set by the heartbeat when its renewal finds that an operator asked to cancel this job.
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
@@ -161,6 +164,7 @@ def claim(
     caps: Mapping[str, int] | None = None,
     limits: Mapping[str, Limits] | None = None,
     rescue: bool = True,
+    floors: ClaimFloors | None = None,
 ) -> tuple[list[ClaimedJob], list[Rescued]]:
     """Take up to `limit` due jobs, best priority first, and open an attempt for each.
 
@@ -171,6 +175,7 @@ def claim(
     others, each under its own locks (_take_limited). With `rescue`, expired leases are taken
     back first, in the same transaction; without rescue and limits, the claim is a single
     statement sent in autocommit: one round trip, no BEGIN or COMMIT. Paused queues give nothing.
+    With `floors` (a worker's), the claim of the unlimited kinds starts at each queue's floor.
     """
     if limit < 1:
         return [], []
@@ -180,7 +185,7 @@ def claim(
     if rescue:
         guard_claims(queues, limit)
     if not rescue and not controlled:
-        return _take(queues, limit, worker_id, lease_seconds), []
+        return _take(queues, limit, worker_id, lease_seconds, floors=floors), []
     # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
     # others need locks held from one statement to the next, so a transaction.
     rated = {kind: lim.rate for kind, lim in controlled.items() if lim.rate and not (lim.max_running or lim.per_key)}
@@ -189,7 +194,7 @@ def claim(
     if rescue or locked:
         with db.atomic():
             rescued = _rescue_expired(queues) if rescue else []
-            jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)))
+            jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors)
             # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
             # rate window, its keys by hash): two claimers never wait for each other in a cycle.
             for kind, kind_limits in sorted(locked.items()):
@@ -198,7 +203,7 @@ def claim(
                     break
                 jobs += _take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
     else:
-        jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)))
+        jobs = _take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors)
     for kind, rate in sorted(rated.items()):
         room = limit - len(jobs)
         if room <= 0:
@@ -457,18 +462,18 @@ def _claim_sql(picked_sql: str) -> str:
                 SELECT id, attempts, %s, lease_token, statement_timestamp(), 'RUNNING', '' FROM claimed
             )
             SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes,
-                   concurrency_key, statement_timestamp()
+                   concurrency_key, statement_timestamp(), run_at
               FROM claimed
-             ORDER BY priority, run_at
+             ORDER BY priority, run_at, id
             """
 
 
 @functools.lru_cache(maxsize=1024)
 def _take_sql(
-    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None
+    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None, floored: bool = False
 ) -> tuple[str, tuple[Any, ...]]:
     """The claim statement for these queues and this limit, compiled by the ORM once and then reused."""
-    picked_sql, picked_params = _picked_sql(queues, limit, exclude, kind)
+    picked_sql, picked_params = _picked_sql(queues, limit, exclude, kind, floored=floored)
     return _claim_sql(picked_sql), picked_params
 
 
@@ -498,9 +503,33 @@ def _key_saturated(per_key: int) -> RawSQL:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """A parameter of a floored pick, filled in at each claim: a queue's floor (priority, run_at, id)."""
+
+    queue: str
+    part: int
+
+
+def _floor_condition(queue: str) -> RawSQL:
+    """Rows at or past the queue's floor. A plain condition, so the due index's scan starts there
+    (after `queue =`, the index's next columns are priority, run_at and id: a row comparison bounds them)."""
+    return RawSQL(
+        "(priority, run_at, id) >= ((%s)::integer, (%s)::timestamptz, (%s)::uuid)",
+        (_Floor(queue, 0), _Floor(queue, 1), _Floor(queue, 2)),
+        output_field=BooleanField(),
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _picked_sql(
-    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None, per_key: int | None = None
+    queues: tuple[str, ...],
+    limit: int,
+    exclude: tuple[str, ...],
+    kind: str | None,
+    per_key: int | None = None,
+    *,
+    floored: bool = False,
 ) -> tuple[str, tuple[Any, ...]]:
     """Lock the best `limit` due rows of these queues: ids only, each queue read in due-index order.
 
@@ -512,7 +541,8 @@ def _picked_sql(
     global best `limit` are among each queue's best `limit`. The rows a queue gave but that were
     not kept stay locked, unchanged, until this claim commits; other claimers skip them meanwhile.
     A paused queue's arm gives nothing. With `per_key`, rows whose concurrency_key is saturated
-    are passed over, and each row's key comes with its id.
+    are passed over, and each row's key comes with its id. `floored` picks read each queue from
+    its floor, a parameter (_Floor) the claim fills in (reliableq.floors).
     """
     if not queues:
         raise ValueError("A claim needs at least one queue.")
@@ -520,13 +550,15 @@ def _picked_sql(
     arms = []
     for queue in dict.fromkeys(queues):
         due = Job.objects.due().filter(queue=queue).exclude(_paused(queue))
+        if floored:
+            due = due.filter(_floor_condition(queue))
         if exclude:
             due = due.exclude(kind__in=list(exclude))
         if kind is not None:
             due = due.filter(_filter_only("kind = %s", [kind]))
         if per_key:
             due = due.exclude(_key_saturated(per_key))
-        ordered = due.order_by("priority", "run_at").values(*columns)
+        ordered = due.order_by("priority", "run_at", "id").values(*columns)
         arms.append(ordered.select_for_update(skip_locked=True)[:limit])
     with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         compiled = [_sql(arm) for arm in arms]
@@ -536,7 +568,7 @@ def _picked_sql(
         return f"SELECT {picked} FROM ({sql}) AS due", params
     union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(compiled))
     params = tuple(p for _, arm_params in compiled for p in arm_params)
-    return f"SELECT {picked} FROM ({union}) AS due ORDER BY priority, run_at LIMIT {int(limit)}", params
+    return f"SELECT {picked} FROM ({union}) AS due ORDER BY priority, run_at, id LIMIT {int(limit)}", params
 
 
 def _claim(
@@ -560,6 +592,7 @@ def _claim(
             worker_id=worker_id,
             snoozes=row[8],
             concurrency_key=row[9],
+            run_at=row[11],
         )
         for row in rows
     ]
@@ -574,9 +607,22 @@ def _take(
     *,
     exclude: tuple[str, ...] = (),
     kind: str | None = None,
+    floors: ClaimFloors | None = None,
 ) -> list[ClaimedJob]:
-    """Lock up to `limit` due rows (skipping rows others hold), mark them RUNNING, open attempts."""
-    jobs, _ = _claim(_take_sql(queues, limit, exclude, kind), worker_id, lease_seconds)
+    """Lock up to `limit` due rows (skipping rows others hold), mark them RUNNING, open attempts.
+
+    With `floors`, each queue is read from its floor (or from the start, when a sweep is due), and
+    the floors move with what the claim took.
+    """
+    if floors is None or kind is not None:
+        jobs, _ = _claim(_take_sql(queues, limit, exclude, kind), worker_id, lease_seconds)
+        return jobs
+    sweep = floors.sweeping()
+    began = time.monotonic()
+    sql, params = _take_sql(queues, limit, exclude, kind, floored=True)
+    filled = tuple(floors.bound(p.queue, sweep=sweep)[p.part] if isinstance(p, _Floor) else p for p in params)
+    jobs, at = _claim((sql, filled), worker_id, lease_seconds)
+    floors.claimed([(job.queue, job.priority, job.run_at, job.id) for job in jobs], at=at, sweep=sweep, began=began)
     return jobs
 
 
@@ -587,26 +633,37 @@ def _take_ids(ids: list[uuid.UUID], worker_id: str, lease_seconds: float) -> tup
     return _claim((_TAKE_IDS_SQL, (ids,)), worker_id, lease_seconds)
 
 
-def rescue() -> list[Rescued]:
+def rescue(floor: RescueFloor | None = None) -> list[Rescued]:
     """Take back expired leases in every queue, one batch, in a transaction of its own.
 
     The fleet's maintenance leader calls this once per interval (reliableq.worker.maintenance);
-    claims then need no rescue of their own.
+    claims then need no rescue of their own. With `floor` (the leader's), the lease index is
+    read from the floor, or from its start when a sweep is due (reliableq.floors).
     """
+    if floor is None:
+        with db.atomic():
+            return _rescue_expired(())
+    sweep = floor.sweeping()
+    began = time.monotonic()
     with db.atomic():
-        return _rescue_expired(())
+        with db.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            at = cursor.fetchone()[0]
+        rescued = _rescue_expired((), since=floor.bound(sweep=sweep))
+    floor.rescued(at=at, complete=len(rescued) < RESCUE_BATCH, sweep=sweep, began=began)
+    return rescued
 
 
-def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
+def _rescue_expired(queues: Sequence[str], since: Any = None) -> list[Rescued]:
     """Take back RUNNING jobs whose lease ran out: close the open attempt, requeue or bury.
 
     Runs inside the claim transaction, so a requeued job can be claimed by the very next
     statement. Attempts are counted at claim, so a job that kills its worker every time
     still spends its budget and ends DEAD here.
     """
-    sql, params = _rescue_sql(tuple(queues))
+    sql, params = _rescue_sql(tuple(queues), since is not None)
     with db.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, tuple(since if p is _SINCE else p for p in params))
         rescued = [Rescued(*row) for row in cursor.fetchall()]
     for r in rescued:
         fate: dict[str, str] = {JobStatus.DEAD: "buried: no attempts left", JobStatus.CANCELLED: "cancelled on request"}
@@ -620,17 +677,23 @@ def _rescue_expired(queues: Sequence[str]) -> list[Rescued]:
     return rescued
 
 
+_SINCE = _Floor("", -1)  # where the floored rescue's bound goes in the compiled statement, filled in per call
+
+
 @functools.lru_cache(maxsize=256)
-def _rescue_sql(queues: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
+def _rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tuple[Any, ...]]:
     """The rescue statement for these queues, compiled once (time is in the SQL, not the parameters).
 
     No join reaches either table: each is read by key, so no statistics can turn the statement
     into a nested loop over a whole index. A job has at most one open attempt (a claim opens one
     only for a PENDING job, and every way out of RUNNING closes it), so the attempt closed is the
     job's newest, if still RUNNING. The job's worker_id is not changed here, so RETURNING
-    j.worker_id is the owner whose lease ran out.
+    j.worker_id is the owner whose lease ran out. `floored`: only leases that expired at or after
+    the first parameter (a RescueFloor's bound), so the lease index is read from there.
     """
     found = Job.objects.expired()
+    if floored:
+        found = found.filter(RawSQL("lease_expires_at >= (%s)::timestamptz", (_SINCE,), output_field=BooleanField()))
     if queues:  # none: every queue (the maintenance leader's rescue, for the whole fleet)
         found = found.filter(_filter_only("queue = ANY(%s)", [list(queues)]))
     expired = found.order_by("lease_expires_at").values("id").select_for_update(skip_locked=True)[:RESCUE_BATCH]

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from .. import db, leadership, leases, scheduler, services
+from .. import db, floors, leadership, leases, scheduler, services
 from ..leases import ClaimedJob, Finish, FinishResult, Rescued
 from ..registry import Limits
 
@@ -60,7 +60,14 @@ class Store(Protocol):
 
 
 class DatabaseStore:
-    """The Store on PostgreSQL, through the calling thread's Django connection to the queue's database."""
+    """The Store on PostgreSQL, through the calling thread's Django connection to the queue's database.
+
+    It keeps where this worker's claims and rescues start reading their indexes (reliableq.floors).
+    """
+
+    def __init__(self) -> None:
+        self._floors = floors.ClaimFloors()
+        self._rescue_floor = floors.RescueFloor()
 
     def claim(
         self,
@@ -73,7 +80,13 @@ class DatabaseStore:
         rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
         return leases.claim(
-            worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds, limits=limits, rescue=rescue
+            worker_id=worker_id,
+            queues=queues,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            limits=limits,
+            rescue=rescue,
+            floors=self._floors,
         )
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
@@ -101,7 +114,7 @@ class DatabaseStore:
         return leadership.resign(name, token=token)
 
     def rescue(self) -> list[Rescued]:
-        return leases.rescue()
+        return leases.rescue(self._rescue_floor)
 
     def retain(self) -> dict[str, int]:
         return services.retain()

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from reliableq import leases, planguard, services
+from reliableq.floors import ClaimFloors, RescueFloor
 from reliableq.leases import Finish
 from reliableq.models import JobStatus, Outcome
 from reliableq.registry import Limits, Rate
@@ -60,6 +61,13 @@ def claim_queues() -> object:
     return leases.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False)
 
 
+def claim_floored() -> object:
+    """A worker's claims: the first reads from the start (a sweep) and sets the floor, the next starts there."""
+    floors = ClaimFloors(sweep=3600.0)
+    leases.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False, floors=floors)
+    return leases.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False, floors=floors)
+
+
 def claim_capped() -> object:
     """A worker with a capped kind: the other kinds, the cap's count, then the capped kind."""
     return leases.claim(
@@ -94,6 +102,13 @@ def claim_rated() -> object:
 
 def rescue() -> object:
     return leases._rescue_expired(("default",))
+
+
+def rescue_floored() -> object:
+    """The leader's rescues: the first reads the whole lease index (a sweep), the next from its floor."""
+    floor = RescueFloor(sweep=3600.0)
+    leases.rescue(floor)
+    return leases.rescue(floor)
 
 
 def rescue_queues() -> object:
@@ -199,6 +214,14 @@ STATEMENTS = [
         guard=lambda: guard_claim(tables.QUEUES),
     ),
     Statement(
+        name="claim_floored",
+        call=claim_floored,
+        what="claim 10 due jobs of two queues twice: from the start, then from the floor",
+        buffers=800,
+        rows=200,
+        guard=lambda: guard_claim(tables.QUEUES),
+    ),
+    Statement(
         name="claim_capped",
         call=claim_capped,
         what="claim 10 with a capped kind: the others, the kind's RUNNING count, then the kind",
@@ -223,6 +246,13 @@ STATEMENTS = [
         guard=lambda: guard_claim(tables.QUEUES),
     ),
     Statement(name="rescue", call=rescue, what="rescue 100 expired leases of one queue", buffers=8_000, rows=2_500),
+    Statement(
+        name="rescue_floored",
+        call=rescue_floored,
+        what="the leader's rescue of 100 expired leases twice: all of the lease index, then from its floor",
+        buffers=8_000,
+        rows=2_500,
+    ),
     Statement(
         name="rescue_queues",
         call=rescue_queues,

@@ -1,0 +1,127 @@
+"""Where a worker's claims and the leader's rescues start reading their index: past the dead entries.
+
+The failure this closes: while any session of the database holds an old snapshot (a REPEATABLE
+READ report, pg_dump, a session idle in a transaction that wrote), a claimed job's PENDING
+version stays in the due index and a finished job's RUNNING version in the lease index; neither
+vacuum nor an index scan may remove them, since the snapshot might still need them. They sit at
+the front of each index, exactly where a claim (best priority, oldest run_at first) and a rescue
+(oldest lease first) start reading, and every claim and every rescue walked all of them: at
+3,000 jobs/s, 180,000 more a minute, each checked against the table.
+
+The mechanism: a claim starts at its queue's floor, the (priority, run_at, id) of the last row
+this worker claimed there, but never later than that claim's time less
+FLOOR_SLACK_SECONDS (the due index orders rows by those three columns); the rescue starts at the time of the
+last rescue that left nothing behind, less a margin. Both are hints, kept in the worker's memory,
+never shared and never a condition of correctness:
+
+- A job can become due below a floor: one enqueued in a transaction that began more than the
+  slack before a claim passed its run_at, or with a better priority than the queue's floor. Every
+  claimer therefore reads its queues from the start now and then (a sweep), at least every
+  FLOOR_SWEEP_SECONDS; under a held snapshot a sweep walks the dead entries, so the next one waits
+  twenty times as long as this one took (at most 5% of a worker's time). Such a job waits for the
+  next sweep: seconds, not lost.
+- A RUNNING row whose lease expired below the rescue's floor (it was locked by its owner while a
+  rescue passed, and that owner neither finished nor renewed it) is taken by the next full rescue,
+  at least every RESCUE_SWEEP_SECONDS.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+FLOOR_SLACK_SECONDS = 1.0  # a claim floor sits this far before the oldest run_at it claimed
+FLOOR_SWEEP_SECONDS = 2.0  # a worker reads its queues from the start at least this often
+RESCUE_MARGIN_SECONDS = 10.0  # a rescue starts this far before the last complete one
+RESCUE_SWEEP_SECONDS = 60.0  # and reads the whole lease index at least this often
+SWEEP_SHARE = 20.0  # after a sweep that took t, the next one waits at least SWEEP_SHARE * t
+
+NO_PRIORITY = -(2**31)  # below every priority (an integer column)
+NO_TIME = "-infinity"  # below every timestamptz
+NO_UUID = uuid.UUID(int=0)  # the lowest uuid
+NO_ID = str(NO_UUID)
+
+
+class ClaimFloors:
+    """Per queue, the (priority, run_at, id) where this worker's next claim starts reading."""
+
+    def __init__(
+        self,
+        *,
+        slack: float = FLOOR_SLACK_SECONDS,
+        sweep: float = FLOOR_SWEEP_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._slack = dt.timedelta(seconds=slack)
+        self._sweep = sweep
+        self._clock = clock
+        self._at: dict[str, tuple[int, Any, uuid.UUID]] = {}
+        self._next_sweep = 0.0  # the first claim reads from the start
+
+    def sweeping(self) -> bool:
+        """True when the next claim should read its queues from the start."""
+        return self._clock() >= self._next_sweep
+
+    def bound(self, queue: str, *, sweep: bool) -> tuple[int, Any, Any]:
+        """The (priority, run_at, id) a claim of `queue` reads from; the lowest possible in a sweep."""
+        if sweep or queue not in self._at:
+            return NO_PRIORITY, NO_TIME, NO_ID
+        return self._at[queue]
+
+    def claimed(
+        self, taken: Iterable[tuple[str, int, dt.datetime, uuid.UUID]], *, at: Any, sweep: bool, began: float
+    ) -> None:
+        """Move the floors after a claim made at database time `at`: `taken` is (queue, priority,
+        run_at, id) of every job it took, in the claim's order.
+
+        A floor is the last row taken (every row before it was taken by this claim or was locked
+        by another's), but never later than `at` less the slack: a job enqueued
+        by a transaction that began up to the slack before this claim and commits after it is
+        still found by the next claim. (Jobs due long ago, a backlog, bound the floor exactly.)
+        """
+        last: dict[str, tuple[int, Any, uuid.UUID]] = {}
+        for queue, priority, run_at, job_id in taken:
+            last[queue] = (priority, run_at, job_id)
+        for queue, (priority, run_at, job_id) in last.items():
+            latest = at - self._slack
+            key = (priority, run_at, job_id) if run_at < latest else (priority, latest, NO_UUID)
+            old = self._at.get(queue)
+            # A sweep saw everything: its first row is the front. A floored claim only moves forward.
+            self._at[queue] = key if sweep or old is None else max(old, key)
+        if sweep:
+            took = self._clock() - began
+            self._next_sweep = self._clock() + max(self._sweep, SWEEP_SHARE * took)
+
+
+class RescueFloor:
+    """The lease expiry where the leader's next rescue starts reading the lease index."""
+
+    def __init__(
+        self,
+        *,
+        margin: float = RESCUE_MARGIN_SECONDS,
+        sweep: float = RESCUE_SWEEP_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._margin = dt.timedelta(seconds=margin)
+        self._sweep = sweep
+        self._clock = clock
+        self._at: dt.datetime | None = None
+        self._next_sweep = 0.0
+
+    def sweeping(self) -> bool:
+        return self._at is None or self._clock() >= self._next_sweep
+
+    def bound(self, *, sweep: bool) -> Any:
+        return NO_TIME if sweep or self._at is None else self._at
+
+    def rescued(self, *, at: dt.datetime, complete: bool, sweep: bool, began: float) -> None:
+        """After a rescue at database time `at`: `complete` if it left no expired lease it could take."""
+        if complete:
+            self._at = at - self._margin
+        if sweep:
+            took = self._clock() - began
+            self._next_sweep = self._clock() + max(self._sweep, SWEEP_SHARE * took)

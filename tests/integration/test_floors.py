@@ -1,0 +1,155 @@
+"""Claim and rescue floors: under a held snapshot, claims and rescues stop walking dead index entries.
+
+First the failure: while another session holds a snapshot, every claimed job leaves its PENDING
+version in the due index, and a claim that reads the index from its start checks each of them
+against the table again (no scan may mark them dead while the snapshot lives). Then the floor
+that closes it, and what the floor cannot know: a job that becomes due below it waits for the
+next sweep.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from django.db.models import F
+
+import reliableq
+from reliableq import db, leases, services
+from reliableq.floors import ClaimFloors, RescueFloor
+from reliableq.leases import Finish
+from reliableq.models import Job, JobStatus
+
+from .helpers import expire, raw_connect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def claim(floors: ClaimFloors | None, limit: int = 10, queues: tuple[str, ...] = ("default",)) -> list:
+    jobs, _ = leases.claim(
+        worker_id="w-floor", queues=queues, limit=limit, lease_seconds=30, rescue=False, floors=floors
+    )
+    return jobs
+
+
+def finish(jobs: list) -> None:
+    leases.finish(
+        [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
+    )
+
+
+def pick_buffers(floors: ClaimFloors | None) -> int:
+    """Shared buffers that the claim's pick of 10 rows touches (EXPLAIN ANALYZE, rolled back)."""
+    sql, params = leases._take_sql(("default",), 10, (), None, floored=floors is not None)
+    if floors is not None:
+        params = tuple(
+            floors.bound(p.queue, sweep=False)[p.part] if isinstance(p, leases._Floor) else p for p in params
+        )
+    picked = sql.split("WITH picked AS MATERIALIZED (", 1)[1].split("),\n            claimed AS", 1)[0]
+    with db.atomic():
+        with db.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {picked}", params[: picked.count("%s")])
+            document = cursor.fetchone()[0]
+        db.connection().set_rollback(True)
+    plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+def test_under_a_held_snapshot_a_claim_from_the_start_rereads_every_claimed_row_and_a_floored_one_does_not() -> None:
+    clock = Clock()
+    floors = ClaimFloors(clock=clock)
+    services.enqueue_many("demo.noop", [{}] * 3000)
+    Job.objects.update(run_at=F("run_at") - dt.timedelta(seconds=60))  # a backlog, due a minute ago
+    holder = raw_connect()
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pg_class")  # the snapshot is taken: vacuum now keeps every version
+        taken = 0
+        while jobs := claim(floors, limit=100):
+            finish(jobs)
+            taken += len(jobs)
+            clock.now += 0.01  # no sweep after the first claim
+        assert taken == 3000
+        services.enqueue_many("demo.noop", [{}] * 10)
+
+        from_start, floored = pick_buffers(None), pick_buffers(floors)
+        # The failure: 3,000 dead PENDING versions, each checked against the table again (the heap
+        # pages they sit on, and the index pages that hold them).
+        assert from_start > 1500, from_start
+        # The floor: the scan starts where this worker's claims reached, past all of them: what is
+        # left is the pick's own cost (the index's descent, ten rows locked, the paused-queue check).
+        assert floored < 100 and 20 * floored < from_start, (floored, from_start)
+        assert len(claim(floors)) == 10
+    finally:
+        holder.close()
+
+
+def test_a_job_due_below_the_floor_is_claimed_by_the_next_sweep() -> None:
+    clock = Clock()
+    floors = ClaimFloors(clock=clock, slack=1.0, sweep=2.0)
+    first = reliableq.enqueue("demo.noop", {"n": 1})
+    assert [j.id for j in claim(floors)] == [first.pk]  # the first claim is a sweep; it sets the floor
+
+    # A job enqueued by a transaction that began long before (its run_at is the transaction's
+    # start), and one with a better priority than the floor's: both below the floor.
+    late = reliableq.enqueue("demo.noop", {"n": 2})
+    Job.objects.filter(pk=late.pk).update(run_at=F("run_at") - dt.timedelta(seconds=30))
+    urgent = reliableq.enqueue("demo.noop", {"n": 3}, priority=-5)
+    clock.now = 1.0
+    assert claim(floors) == []  # the floor hides them (the hint's known cost)
+    clock.now = 2.5  # a sweep is due: every claimer reads its queues from the start now and then
+    assert [j.id for j in claim(floors)] == [urgent.pk, late.pk]
+
+
+def test_within_the_slack_a_late_commit_is_claimed_at_once() -> None:
+    clock = Clock()
+    floors = ClaimFloors(clock=clock, slack=1.0, sweep=60.0)
+    claim_first = reliableq.enqueue("demo.noop", {"n": 1})
+    assert [j.id for j in claim(floors)] == [claim_first.pk]
+    late = reliableq.enqueue("demo.noop", {"n": 2})
+    Job.objects.filter(pk=late.pk).update(run_at=F("run_at") - dt.timedelta(seconds=0.5))
+    clock.now = 1.0
+    assert [j.id for j in claim(floors)] == [late.pk]
+
+
+def test_the_rescue_reads_from_its_floor_and_sweeps_now_and_then() -> None:
+    clock = Clock()
+    floor = RescueFloor(clock=clock, margin=10.0, sweep=60.0)
+    services.enqueue_many("demo.noop", [{}] * 3)
+    a, b, c = claim(None)
+    expire(a.id)
+    assert [r.job_id for r in leases.rescue(floor)] == [a.id]  # the first rescue reads it all
+
+    # A lease that ran out long before the last complete rescue (its row was locked by its owner
+    # while that rescue passed, say): below the floor, so left for the sweep.
+    expire(b.id, seconds=3600)
+    expire(c.id)  # an ordinary expiry: at the floor's front
+    clock.now = 1.0
+    assert [r.job_id for r in leases.rescue(floor)] == [c.id]
+    clock.now = 61.0
+    assert [r.job_id for r in leases.rescue(floor)] == [b.id]
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 3
+
+
+def test_a_sweep_under_a_held_snapshot_waits_in_proportion_to_what_it_cost() -> None:
+    clock = Clock()
+    floors = ClaimFloors(clock=clock, sweep=2.0)
+    floors.claimed([], at=None, sweep=True, began=0.0)
+    assert not floors.sweeping()
+    clock.now = 2.0
+    assert floors.sweeping()
+    began, clock.now = clock.now, clock.now + 0.5  # a sweep that took half a second
+    floors.claimed([], at=None, sweep=True, began=began)
+    clock.now = 11.9
+    assert not floors.sweeping()  # the next one waits 20 x 0.5 s: at most 5% of the worker's time
+    clock.now = 12.6
+    assert floors.sweeping()
