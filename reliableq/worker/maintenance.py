@@ -66,6 +66,8 @@ class Maintenance:
             deleted = self._store.retain()
             if any(deleted.values()):
                 logger.info("retention deleted %s", ", ".join(f"{n} {s}" for s, n in deleted.items() if n))
+            if getattr(deleted, "more", False):
+                self._next["retain"] = now  # old rows are left: another round at the next tick
 
     def resign(self) -> None:
         """Hand the lease back at once (a clean shutdown), so the next worker need not wait it out."""

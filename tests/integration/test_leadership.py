@@ -52,7 +52,7 @@ def test_resigning_frees_the_duty_at_once():
     assert leadership.lead("maintenance", holder="w2", seconds=30, token=None) is not None
 
 
-def test_retention_deletes_old_finished_jobs_by_status_one_batch_each(settings):
+def test_retention_deletes_old_finished_jobs_by_status(settings):
     settings.RELIABLEQ = {**settings.RELIABLEQ, "RETENTION_SECONDS": {"SUCCEEDED": 60, "DEAD": 3600}}
     old = dt.timedelta(minutes=10)
     done = JobFactory.create_batch(3, status=JobStatus.SUCCEEDED)
@@ -70,6 +70,22 @@ def test_retention_takes_at_most_one_batch_per_status_per_round():
     Job.objects.update(finished_at=Now() - dt.timedelta(days=2))
     assert services.prune(older_than=dt.timedelta(days=1), statuses=["SUCCEEDED"], batch_size=2, max_batches=1) == 2
     assert Job.objects.count() == 3
+
+
+def test_a_retention_round_keeps_deleting_batches_until_its_time_is_spent(settings, monkeypatch):
+    """One batch a round (the first design) deleted 1,000 rows a minute: far less than a fleet
+    finishes, so the table grew without end. A round now deletes batches for up to its budget and
+    says when old rows are left, so the leader goes on at its next tick."""
+    settings.RELIABLEQ = {**settings.RELIABLEQ, "RETENTION_SECONDS": {"SUCCEEDED": 60}}
+    monkeypatch.setattr(services, "RETENTION_BATCH", 2)
+    JobFactory.create_batch(7, status=JobStatus.SUCCEEDED)
+    Job.objects.update(finished_at=Now() - dt.timedelta(minutes=10))
+
+    spent = services.retain(budget_seconds=0.0)  # no time: one batch, and more is left
+    assert spent == {"SUCCEEDED": 2} and spent.more
+    rest = services.retain(budget_seconds=60.0)
+    assert rest == {"SUCCEEDED": 5} and not rest.more
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize("value", [[], {"PENDING": 60}, {"DEAD": 0}, {"DEAD": "1d"}, {"DEAD": True}])

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from reliableq.services import Retained
 from reliableq.worker.maintenance import Maintenance
 
 
@@ -22,6 +23,7 @@ class SharedLease:
 class Store:
     def __init__(self, lease: SharedLease, name: str) -> None:
         self.lease, self.name, self.calls = lease, name, Counter[str]()
+        self.old_rows = 0  # retention rounds that will find old rows left
 
     def lead(self, duty: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
         if self.lease.holder in (None, holder) and (token is None or token == self.lease.token):
@@ -45,7 +47,10 @@ class Store:
 
     def retain(self) -> dict[str, int]:
         self.calls["retain"] += 1
-        return {}
+        deleted = Retained(SUCCEEDED=1000 if self.old_rows else 0)
+        deleted.more = self.old_rows > 1
+        self.old_rows = max(0, self.old_rows - 1)
+        return deleted
 
     def guard_claims(self, queues: Sequence[str]) -> None:
         self.calls["guard"] += 1
@@ -79,3 +84,12 @@ def test_after_the_leader_resigns_another_worker_takes_the_duties_and_does_each_
     second.tick(1.0)  # its next try for the lease is due (every lease/3 = 1 s)
     assert second.leading and not first.leading
     assert b.calls == Counter(rescue=1, guard=1, schedule=1, retain=1)
+
+
+def test_while_old_rows_are_left_retention_goes_on_at_every_tick():
+    store = Store(SharedLease(), "w")
+    store.old_rows = 3  # three rounds' worth: the first two end with more left
+    leader = service(store, "w")
+    for second in range(6):
+        leader.tick(float(second))
+    assert store.calls["retain"] == 3  # at 0, 1 and 2 s; then back to every 60 s
