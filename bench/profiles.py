@@ -34,6 +34,9 @@ class Profile:
     xmin_phases: tuple[float, float, float]  # seconds of baseline, with the snapshot held, after its release
     xmin_variants: tuple[str, ...]  # how the snapshot is held (bench.scenarios.xmin.VARIANTS)
     xmin_window: float  # seconds per row of its report
+    soak_seconds: float  # the soak scenario: how long half the maximum is offered
+    soak_sample: float  # seconds between its samples
+    soak_retention: float  # RETENTION_SECONDS for SUCCEEDED jobs during it
     peers: bool
 
 
@@ -66,6 +69,9 @@ PROFILES = {
         xmin_phases=(4.0, 8.0, 4.0),
         xmin_variants=("repeatable read",),
         xmin_window=4.0,
+        soak_seconds=8.0,
+        soak_sample=2.0,
+        soak_retention=60.0,
         peers=True,
     ),
     "quick": Profile(
@@ -96,6 +102,9 @@ PROFILES = {
         xmin_phases=(20.0, 60.0, 30.0),
         xmin_variants=("repeatable read", "idle in transaction"),
         xmin_window=10.0,
+        soak_seconds=120.0,
+        soak_sample=10.0,
+        soak_retention=30.0,
         peers=True,
     ),
     "full": Profile(
@@ -126,6 +135,9 @@ PROFILES = {
         xmin_phases=(120.0, 600.0, 120.0),
         xmin_variants=("repeatable read", "idle in transaction"),
         xmin_window=10.0,
+        soak_seconds=1800.0,
+        soak_sample=10.0,
+        soak_retention=60.0,
         peers=True,
     ),
 }

@@ -237,6 +237,24 @@ def plot_xmin(out: Path, results: dict[str, dict[str, Any]], base: float, pin: f
     return _save(fig, out, "xmin.png")
 
 
+def plot_soak(out: Path, rows: list[dict[str, Any]]) -> str:
+    """Completed jobs/s and the tables' sizes over the soak."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    at = [r["at"] for r in rows]
+    a.plot(at, [r["rate"] for r in rows], color=COLORS["reliableq"])
+    a.set_xlabel("seconds")
+    a.set_ylabel("completed jobs / s")
+    a.set_ylim(bottom=0)
+    for key, label in [("job_mb", "job"), ("job_indexes_mb", "job indexes"), ("attempt_mb", "attempt"),
+                       ("attempt_indexes_mb", "attempt indexes")]:  # fmt: skip
+        b.plot(at, [r[key] for r in rows], label=label)
+    b.set_xlabel("seconds")
+    b.set_ylabel("MB")
+    b.set_ylim(bottom=0)
+    b.legend(fontsize=7)
+    return _save(fig, out, "soak.png")
+
+
 def markdown(
     *, title: str, header: list[str], summary: str, sections: list[Any], gate: Any, closing: str, findings: str = ""
 ) -> str:

@@ -149,7 +149,13 @@ class Job(models.Model):
             ),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["dedupe_scope", "dedupe_key"], name="reliableq_job_dedupe_unique"),
+            # Only keyed jobs enter it: an index entry per version of every keyless job (most of them)
+            # was three more index writes per job, for rows no conflict can ever involve.
+            models.UniqueConstraint(
+                fields=["dedupe_scope", "dedupe_key"],
+                condition=Q(dedupe_key__isnull=False),
+                name="reliableq_job_dedupe_unique",
+            ),
             # unique_key: one active job per (kind, scope, key); finished ones leave the index.
             models.UniqueConstraint(
                 fields=["kind", "dedupe_scope", "unique_key"],

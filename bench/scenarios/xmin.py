@@ -9,26 +9,26 @@ reads either from its start walks all of them, on every claim and every rescue.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from django.db import connection, transaction
+from django.db import connection
 
 from ..core import Procs, percentile, wait_for
-from ..systems import QUEUE, _one
+from ..systems import _one
+from . import steady
 from .context import Bench
 from .helpers import Section, table
 from .registry import scenario
+from .steady import Enqueuer
 
 VARIANTS = {
     "repeatable read": "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class",
     "idle in transaction": "BEGIN; SELECT txid_current()",
 }
-TICK = 0.02  # the enqueuer inserts every 20 ms what the rate owes by then
 GOAL_COMPLETED = 0.95
 GOAL_CLAIM_P99 = 5.0
 GOAL_RECOVERY = 60.0
@@ -72,8 +72,8 @@ def xmin(bench: Bench, s: Section) -> None:
     fp, fc = p.fleet
     base, pin, after = p.xmin_phases
     s.intro = (
-        f"A steady enqueuer offers no-op jobs at a fixed rate (every {1000 * TICK:.0f} ms, one INSERT of what is "
-        f"owed) to {fp} x {fc} workers: {base:g} s of baseline, then {pin:g} s while another session of the same "
+        f"A steady enqueuer offers no-op jobs at a fixed rate (every {1000 * steady.TICK:.0f} ms, one INSERT of what "
+        f"is owed) to {fp} x {fc} workers: {base:g} s of baseline, then {pin:g} s while another session of the same "
         f"database holds a snapshot ({' / '.join(p.xmin_variants)}), then {after:g} s after its release. "
         f"Per {p.xmin_window:g} s: jobs completed per second against offered, the workers' own claim durations "
         "(every claim of every worker, logged at DEBUG by reliableq.worker.claim), the backlog (enqueued and not "
@@ -171,7 +171,7 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
     with Procs(bench.logs) as procs:
         bench.rq.start_workers(procs, processes=fp, concurrency=fc, tag=tag, BENCH_CLAIM_LOG=str(claims_log))
         bench.rq.warm_up(procs, fp * fc)
-        enqueuer = _Enqueuer(rate, total)
+        enqueuer = Enqueuer(rate, total)
         pinner: psycopg.Connection[Any] | None = None
         began = time.time()
         enqueuer.start(began)
@@ -219,48 +219,6 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
         tag, f"the enqueuer kept its rate ({enqueued} of {int(rate * total)})", enqueued >= 0.97 * rate * total
     )
     return _windows(bench, samples, _claims(claims_log, began)), samples
-
-
-class _Enqueuer:
-    """A thread that inserts, every TICK, the jobs the rate owes since the start (one INSERT, one commit)."""
-
-    def __init__(self, rate: float, seconds: float) -> None:
-        self.rate = rate
-        self.seconds = seconds
-        self.count = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-
-    def start(self, began: float) -> None:
-        self._thread = threading.Thread(target=self._run, args=(began,), daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.error is not None:
-            raise RuntimeError("the enqueuer failed") from self.error
-
-    def _run(self, began: float) -> None:
-        from reliableq import services
-
-        try:
-            while not self._stop.is_set():
-                elapsed = time.time() - began
-                if elapsed >= self.seconds:
-                    break
-                owed = int(self.rate * elapsed) - self.count
-                if owed > 0:
-                    with transaction.atomic():
-                        services.enqueue_many("bench.noop", [{}] * owed, queue=QUEUE)
-                    self.count += owed
-                self._stop.wait(TICK)
-        except BaseException as error:  # reported by stop()
-            self.error = error
-        finally:
-            connection.close()
 
 
 def _claims(path: Path, began: float) -> list[tuple[float, float]]:

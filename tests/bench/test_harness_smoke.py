@@ -30,6 +30,7 @@ SECTIONS = [
     "## Latency from enqueue",
     "## Claim cost as finished jobs pile up",
     "## Long transactions",
+    "## Soak",
     "## Recovery after SIGKILL",
     "## Retry amplification",
     "## Through PgBouncer",
@@ -44,6 +45,7 @@ PLOTS = [
     "latency.png",
     "pileup.png",
     "xmin.png",
+    "soak.png",
     "recovery.png",
     "amplification.png",
 ]
@@ -94,6 +96,8 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     held = results["sections"]["xmin"]["200/s, repeatable read"]
     assert [w["phase"] for w in held["windows"]][:3] == ["baseline", "held", "held"]
     assert all(w["claims"] > 0 for w in held["windows"])
+    soak = results["sections"]["soak"]
+    assert soak["samples"] and soak["wal_bytes_per_job"] > 0
     fleet = results["sections"]["fleet"]
     assert list(fleet["by_processes"]) == ["1", "2"]
     assert all(point["calls"]["rescue"] >= 1 for point in fleet["by_processes"].values())
