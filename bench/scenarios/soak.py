@@ -91,6 +91,12 @@ def soak(bench: Bench, s: Section) -> None:
                     }
                 )
                 last = now
+                if len(rows) % max(1, round(60 / p.soak_sample)) == 0:  # a progress line a minute
+                    bench.say(
+                        f"  soak {rows[-1]['at']:.0f} s: {rows[-1]['rate']:,.0f} jobs/s, "
+                        f"{sum(v for k, v in rows[-1].items() if k.endswith('mb')):.1f} MB, "
+                        f"WAL {rows[-1]['wal_bytes'] / max(1, completed):,.0f} bytes/job"
+                    )
                 procs.check_alive()
         finally:
             enqueuer.stop()

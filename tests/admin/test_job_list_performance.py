@@ -112,7 +112,7 @@ def test_capped_paginator_counts_at_most_cap_plus_one_rows(monkeypatch: pytest.M
     assert not CappedCountPaginator(Job.objects.filter(status=JobStatus.DEAD), 50).capped
 
 
-def test_dead_jobs_list_query_uses_the_status_created_index(operator_client: Client) -> None:
+def test_dead_jobs_list_query_uses_the_settled_created_index(operator_client: Client) -> None:
     # As in production, DEAD jobs are a small share of the table: 1 in 50 here, 60 of 3000.
     bulk_jobs(3000, statuses=[JobStatus.SUCCEEDED] * 49 + [JobStatus.DEAD])
     with db.cursor() as cursor:
@@ -136,4 +136,4 @@ def test_dead_jobs_list_query_uses_the_status_created_index(operator_client: Cli
         cursor.execute("EXPLAIN " + main[0])
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
-    assert "reliableq_job_status_created" in plan, plan
+    assert "reliableq_job_settled_created" in plan, plan
