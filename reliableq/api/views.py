@@ -130,6 +130,7 @@ class JobListView(BaseAPIView):
                 dedupe_key=key,
                 unique_key=sub.unique_key,
                 submitted_by=request.user,
+                encoded=sub.encoded,  # parse() applied the rules: not twice
             )
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
