@@ -1,6 +1,6 @@
 """HTTP ingestion against the framework's ceilings, side by side, with a compiled client (wrk).
 
-    python -m bench.http [--connections 1,4,16] [--seconds 5] [--reps 3] [--batch 1000]
+    python -m bench.http [--connections 1,4,16] [--seconds 5] [--reps 3] [--batch 1000] [--pooler]
 
 One gunicorn (gthread, 2 workers x 8 threads, testproject with TESTPROJECT_BENCH_VIEWS=1) serves
 four paths, measured in turn at each connection count, their order rotated every repetition:
@@ -9,6 +9,12 @@ four paths, measured in turn at each connection count, their order rotated every
 - `insert`: a Django view that makes the same INSERT as the API (services.submit), no login;
 - `POST /v1/jobs`: the API (token, permission, throttle, validation, the job's document);
 - `POST /v1/jobs/batch`: the API with --batch jobs per request.
+
+Within a repetition the paths take turns second by second (--slices), so that load from elsewhere
+on a shared machine falls on all of them alike; the ratio's range is that of the repetitions.
+With --pooler a second gunicorn serves the same paths through PgBouncer in transaction mode
+(Debian's, started as the tests start it, default_pool_size=--pool-size), taking its turns beside
+the direct one, and a table gives each path's rate through the pooler as a fraction of direct.
 
 Every answer counted must be a 2xx and every job counted a committed row (checked per run in
 the database). wrk's CPU time is reported beside each figure: on a 2-core machine the client
@@ -43,7 +49,7 @@ from django.db import connection  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
 from reliableq.models import Job  # noqa: E402
-from testproject import accounts, dburl, processes  # noqa: E402
+from testproject import accounts, dburl, pgbouncer, processes  # noqa: E402
 
 KIND = "demo.noop"
 # wrk reports what it counted in one line the harness parses (requests, microseconds, errors, p50, p99).
@@ -138,87 +144,168 @@ def paths(base: str, token: str, queue: str, batch: int) -> list[Target]:
     ]  # fmt: skip
 
 
+@dataclass
+class System:
+    """One gunicorn serving the paths: connected to PostgreSQL directly, or through PgBouncer."""
+
+    name: str
+    base: str
+    server: subprocess.Popen[bytes]
+
+
+def _ratio_cell(top: Series, bottom: Series) -> str:
+    """The ratio of the medians, and the range of the repetitions' own ratios (each pair ran side by side)."""
+    pairs = [a / b for a, b in zip(top.rates, bottom.rates, strict=True) if b]
+    cell = f"{top.median() / bottom.median():.0%}"
+    return cell + (f" ({min(pairs):.0%}-{max(pairs):.0%})" if len(pairs) > 1 else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", default="1,4,16")
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per path, repetition and count")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--slices", type=int, default=0,
+        help="split each run into this many runs of about a second, the paths taking turns (default: one per second)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pooler", action="store_true",
+        help="also serve every path through PgBouncer (transaction mode) and measure it beside the direct server",
+    )  # fmt: skip
+    parser.add_argument("--pool-size", type=int, default=4, help="PgBouncer's default_pool_size with --pooler")
     args = parser.parse_args(argv)
     if not shutil.which("wrk"):
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
+    if args.pooler and not pgbouncer.available():
+        print("pgbouncer is not installed (apt-get install pgbouncer)", file=sys.stderr)
+        return 2
     counts = [int(c) for c in args.connections.split(",") if c.strip()]
+    slices = args.slices or max(1, round(args.seconds))
+    slice_seconds = max(1.0, args.seconds / slices)
 
     call_command("migrate", verbosity=0)
     run_id = uuid.uuid4().hex[:8]
     user = accounts.grant(User.objects.create_user(f"bench-http-{run_id}"), "reliableq.submit_job")
     token = Token.objects.create(user=user).key
-    port = processes.free_port()
-    env = processes.child_env(
-        DATABASE_URL=dburl.build(connection.settings_dict), TESTPROJECT_BENCH_VIEWS="1",
-        TESTPROJECT_SUBMIT_RATE="1000000/s", RELIABLEQ_LOG_LEVEL="WARNING",
-    )  # fmt: skip
-    results: dict[tuple[str, int], Series] = {}
+    common = {"TESTPROJECT_BENCH_VIEWS": "1", "TESTPROJECT_SUBMIT_RATE": "1000000/s", "RELIABLEQ_LOG_LEVEL": "WARNING"}
+    results: dict[tuple[str, str, int], Series] = {}
     mismatches: list[str] = []
+    pool_peak = 0
     folder = Path(tempfile.mkdtemp(prefix="bench-http-"))
-    server = processes.start_api(port, env=env, log=(folder / "gunicorn.log").open("wb"), workers=args.workers,
-                                 threads=args.threads)  # fmt: skip
+    systems: list[System] = []
+    bouncer: pgbouncer.PgBouncer | None = None
     try:
-        processes.wait_http(f"http://127.0.0.1:{port}/v1/schema", timeout=60, process=server)
+        urls = [("direct", dburl.build(connection.settings_dict))]
+        if args.pooler:
+            pgbouncer.ensure_server_role(dburl.build(connection.settings_dict))
+            bouncer = pgbouncer.PgBouncer.start(
+                connection.settings_dict, pool_size=args.pool_size, server_user=pgbouncer.SERVER_ROLE
+            )
+            urls.append((f"PgBouncer (transaction, pool {args.pool_size})", bouncer.url))
+        for name, url in urls:
+            port = processes.free_port()
+            log = (folder / f"gunicorn-{len(systems)}.log").open("wb")
+            server = processes.start_api(port, env=processes.child_env(DATABASE_URL=url, **common), log=log,
+                                         workers=args.workers, threads=args.threads)  # fmt: skip
+            systems.append(System(name, f"http://127.0.0.1:{port}", server))
+        for system in systems:
+            processes.wait_http(f"{system.base}/v1/schema", timeout=60, process=system.server)
         for c in counts:
             for rep in range(args.reps):
-                queue = f"bench-http-{run_id}-{c}-{rep}"
-                order = paths(f"http://127.0.0.1:{port}", token, queue, args.batch)
+                # Each (system, path) writes a queue of its own, so that its rows can be counted at the end.
+                def queue(s: int, p: int, tag: str = "") -> str:
+                    return f"bench-http-{run_id}-{c}-{rep}-{s}-{p}{tag}"  # noqa: B023
+
+                names = [t.name for t in paths("", "", "", args.batch)]
+                order = list(range(len(names)))
                 order = order[rep % len(order) :] + order[: rep % len(order)]  # rotate: no path always first
-                warmups = paths(f"http://127.0.0.1:{port}", token, f"{queue}-warm", args.batch)
-                for path in order:
-                    warm = next(w for w in warmups if w.name == path.name)
-                    wrk(warm, connections=c, seconds=1, folder=folder)  # warm connections and caches
-                    _settle(queue)
-                    before = Job.objects.filter(queue=queue).count()
-                    run = wrk(path, connections=c, seconds=args.seconds, folder=folder)
-                    made = _settle(queue) - before
-                    # wrk counts requests that completed in its window; one in flight at the end may
-                    # have committed too: allow at most one request per connection of slack.
-                    expected = (run.requests - run.errors) * path.jobs_per_request
-                    if path.jobs_per_request and not expected <= made <= expected + c * path.jobs_per_request:
-                        mismatches.append(f"{path.name}, {c} connections: {expected} counted, {made} rows")
+                turns = [(p, s) for p in order for s in range(len(systems))]
+                for p, s in turns:  # warm connections and caches
+                    warm = paths(systems[s].base, token, queue(s, p, "-warm"), args.batch)[p]
+                    wrk(warm, connections=c, seconds=1, folder=folder)
+                runs: dict[tuple[int, int], list[Run]] = {turn: [] for turn in turns}
+                for _ in range(slices):
+                    # The paths (and systems) take turns second by second: on a shared machine, load
+                    # from elsewhere then falls on all of them alike, not on whichever ran at that moment.
+                    for p, s in turns:
+                        target = paths(systems[s].base, token, queue(s, p), args.batch)[p]
+                        runs[(p, s)].append(wrk(target, connections=c, seconds=slice_seconds, folder=folder))
+                        if bouncer is not None and s == 1:
+                            pool_peak = max(pool_peak, bouncer.server_connections())
+                for (p, s), done in runs.items():
+                    per = paths("", "", "", args.batch)[p].jobs_per_request
+                    run = Run(
+                        requests=sum(r.requests for r in done), seconds=sum(r.seconds for r in done),
+                        errors=sum(r.errors for r in done), p50_ms=statistics.median(r.p50_ms for r in done),
+                        p99_ms=max(r.p99_ms for r in done), client_cpu=statistics.mean(r.client_cpu for r in done),
+                    )  # fmt: skip
+                    label = f"{names[p]}{'' if s == 0 else ' via ' + systems[s].name}"
+                    made = _settle(queue(s, p)) if per else 0
+                    # wrk counts requests that completed in its window; one in flight at the end of each
+                    # slice may have committed too: allow at most one request per connection and slice.
+                    expected = (run.requests - run.errors) * per
+                    if per and not expected <= made <= expected + c * per * len(done):
+                        mismatches.append(f"{label}, {c} connections: {expected} counted, {made} rows")
                     if run.errors:
-                        mismatches.append(f"{path.name}, {c} connections: {run.errors} error answers")
-                    series = results.setdefault((path.name, c), Series())
+                        mismatches.append(f"{label}, {c} connections: {run.errors} error answers")
+                    series = results.setdefault((systems[s].name, names[p], c), Series())
                     series.runs.append(run)
-                    series.rates.append(run.rate(path.jobs_per_request))
-                    print(f"  {path.name:40} c={c:<3} rep {rep + 1}: {series.rates[-1]:10,.0f}/s  "
+                    series.rates.append(run.rate(per))
+                    print(f"  {label:60} c={c:<3} rep {rep + 1}: {series.rates[-1]:10,.0f}/s  "
                           f"p99 {run.p99_ms:.1f} ms  wrk cpu {run.client_cpu:.2f}", file=sys.stderr)  # fmt: skip
     finally:
-        processes.stop(server)
+        for system in systems:
+            processes.stop(system.server)
+        if bouncer is not None:
+            bouncer.stop()
         deleted, _ = Job.objects.filter(queue__startswith=f"bench-http-{run_id}").delete()
         Token.objects.filter(user=user).delete()
         user.delete()
         shutil.rmtree(folder, ignore_errors=True)
-        print(f"  cleaned up {deleted} rows, the user and the server", file=sys.stderr)
+        print(f"  cleaned up {deleted} rows, the user and the servers", file=sys.stderr)
 
     names = [p.name for p in paths("", "", "", args.batch)]
+    api, insert = names[2], names[1]
     print()
     print(
-        f"HTTP ingestion, {args.seconds:g} s per run, {args.reps} repetitions (median, range), gunicorn gthread "
-        f"{args.workers} x {args.threads}, wrk; {os.cpu_count()} cores shared by client, server and PostgreSQL"
+        f"HTTP ingestion, {args.seconds:g} s per run in {slices} turns, {args.reps} repetitions (median, range), "
+        f"gunicorn gthread {args.workers} x {args.threads}, wrk; {os.cpu_count()} cores shared by client, server "
+        "and PostgreSQL"
     )
-    print()
-    print("| path | " + " | ".join(f"{c} conn. (requests or jobs/s)" for c in counts) + " |")
-    print("| --- | " + " | ".join("---:" for _ in counts) + " |")
-    for name in names:
-        unit = "jobs" if "batch" in name else "req"
-        cells = [f"{results[(name, c)].text()} {unit}/s" for c in counts]
-        print(f"| {name} | " + " | ".join(cells) + " |")
-    api, insert = names[2], names[1]
-    print("| POST /v1/jobs / insert view | " + " | ".join(
-        f"{results[(api, c)].median() / results[(insert, c)].median():.0%}" for c in counts) + " |")  # fmt: skip
-    print("| wrk CPU (s per s), API run | " + " | ".join(
-        f"{statistics.median(r.client_cpu for r in results[(api, c)].runs):.2f}" for c in counts) + " |")  # fmt: skip
+    for system in systems:
+        print()
+        if len(systems) > 1:
+            print(f"**{system.name}**")
+            print()
+        print("| path | " + " | ".join(f"{c} conn. (requests or jobs/s)" for c in counts) + " |")
+        print("| --- | " + " | ".join("---:" for _ in counts) + " |")
+        for name in names:
+            unit = "jobs" if "batch" in name else "req"
+            cells = [f"{results[(system.name, name, c)].text()} {unit}/s" for c in counts]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        ratios = [_ratio_cell(results[(system.name, api, c)], results[(system.name, insert, c)]) for c in counts]
+        print("| POST /v1/jobs / insert view (repetitions) | " + " | ".join(ratios) + " |")
+        print("| wrk CPU (s per s), API run | " + " | ".join(
+            f"{statistics.median(r.client_cpu for r in results[(system.name, api, c)].runs):.2f}" for c in counts
+        ) + " |")  # fmt: skip
+    if len(systems) > 1:
+        direct, pooled = systems[0].name, systems[1].name
+        print()
+        print(f"Through {pooled} / direct, the same path at the same moment (median, range of the repetitions); "
+              f"PgBouncer held at most {pool_peak} server connections")  # fmt: skip
+        print()
+        print("| path | " + " | ".join(f"{c} conn." for c in counts) + " |")
+        print("| --- | " + " | ".join("---:" for _ in counts) + " |")
+        for name in names:
+            cells = [_ratio_cell(results[(pooled, name, c)], results[(direct, name, c)]) for c in counts]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        if not 0 < pool_peak <= args.pool_size:
+            mismatches.append(f"PgBouncer held {pool_peak} server connections (pool size {args.pool_size})")
     print()
     if mismatches:
         print("MISMATCH: " + "; ".join(mismatches))

@@ -99,8 +99,12 @@ def submit(
     concurrency_key: str | None = None,
     unique_key: str | None = None,
     submitted_by: Any = None,
+    encoded: str | None = None,
 ) -> tuple[Job, bool]:
     """Like enqueue, and say whether this call created the job (False: a key found one).
+
+    `encoded`: the payload as the JSON to store, when reliableq.api.submission has applied the
+    rules to the job already (as submit_many's NewJob.encoded): they are not applied twice.
 
     With `submitted_by` (a user), the job records its submitter and `dedupe_key` and
     `unique_key` are that user's own: they never find, block or reveal a job of another user or
@@ -119,6 +123,7 @@ def submit(
         dedupe_key=dedupe_key,
         concurrency_key=concurrency_key,
         unique_key=unique_key,
+        encoded=encoded,
     )
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
@@ -217,20 +222,25 @@ def _checked(
     dedupe_key: str | None,
     concurrency_key: str | None,
     unique_key: str | None,
+    encoded: str | None = None,
 ) -> tuple[int, str]:
-    """Apply the rules to one job: its attempt budget, and its payload as the JSON to store."""
+    """Apply the rules to one job: its attempt budget, and its payload as the JSON to store.
+
+    With `encoded` (the API's parser applied the rules to the queue, priority, run_at and
+    payload already), those are not checked twice."""
     handler = registry.get(kind)  # UnknownKind if no app registered it
     budget = _budget(handler, max_attempts)
     rules.max_attempts(budget)
-    rules.queue_name(queue)
-    rules.priority(priority)
-    rules.run_at(run_at)
+    if encoded is None:
+        rules.queue_name(queue)
+        rules.priority(priority)
+        rules.run_at(run_at)
     for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key)):
         if value is not None:
             rules.key(value, field=name)
     if concurrency_key is not None:
         _check_concurrency_key(handler, concurrency_key)
-    return budget, rules.payload(payload)
+    return budget, rules.payload(payload) if encoded is None else encoded
 
 
 def enqueue_on_commit(

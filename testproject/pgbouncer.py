@@ -144,8 +144,12 @@ class PgBouncer:
     def server_connections(self) -> int:
         """Server connections PgBouncer holds for this database now (its SHOW SERVERS)."""
         with psycopg.connect(self.url_for("pgbouncer"), autocommit=True, prepare_threshold=None) as conn:
-            rows = conn.execute("SHOW SERVERS").fetchall()
-        return sum(1 for row in rows if row[1] == self.dbname)
+            cursor = conn.execute("SHOW SERVERS")
+            # By the column's name: the second column is the user, which matched only when the
+            # user and the database had the same name (postgres).
+            database = [column.name for column in cursor.description or []].index("database")
+            rows = cursor.fetchall()
+        return sum(1 for row in rows if row[database] == self.dbname)
 
     def stop(self) -> None:
         if self.process.poll() is None:

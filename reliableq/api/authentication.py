@@ -6,54 +6,138 @@ rows (rest_framework.authtoken's Token, the user model) with one raw statement (
 through its field's converters, as the ORM would), fetches the
 user's permissions in it when Django's ModelBackend is the only backend, and answers exactly
 as DRF does: 401 for an unknown token or an inactive user.
+
+The statement's text and the columns' converters are worked out once per user model and
+connection, not on every request. With CONN_HEALTH_CHECKS, the statement is the request's health
+check too (see _row): a persistent connection found dead is replaced and the statement run
+again, as Django's own check would have done before it, one round trip sooner.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 from django.utils.translation import gettext_lazy as _
-from rest_framework import authentication, exceptions
+from rest_framework import HTTP_HEADER_ENCODING, authentication, exceptions
 from rest_framework.authtoken.models import Token
 
 from . import permissions
 
+# Per connection (thread-local in Django): per user model, the converters of the columns that have any.
+_CONVERTERS: weakref.WeakKeyDictionary[Any, dict[Any, list[tuple[int, Any, list[Callable[..., Any]]]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
 
 class TokenAuthentication(authentication.TokenAuthentication):
+    def authenticate(self, request: Any) -> tuple[Any, Token] | None:
+        """DRF's own, reading the header from META: DRF's get_authorization_header() goes through
+        request.headers, which copies every header of the request on first use."""
+        header = request.META.get("HTTP_AUTHORIZATION", b"")
+        auth = (header.encode(HTTP_HEADER_ENCODING) if isinstance(header, str) else header).split()
+        if not auth or auth[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(auth) == 1:
+            raise exceptions.AuthenticationFailed(_("Invalid token header. No credentials provided."))
+        if len(auth) > 2:
+            raise exceptions.AuthenticationFailed(_("Invalid token header. Token string should not contain spaces."))
+        try:
+            key = auth[1].decode()
+        except UnicodeError:
+            raise exceptions.AuthenticationFailed(
+                _("Invalid token header. Token string should not contain invalid characters.")
+            ) from None
+        return self.authenticate_credentials(key)
+
     def authenticate_credentials(self, key: str) -> tuple[Any, Token]:
         user_model = get_user_model()
-        meta = user_model._meta
-        pk = meta.pk.column
         with_perms = permissions.model_backend_only()
-        held_sql = permissions.held_sql(f"u.{pk}") if with_perms else "NULL"
-        fields = meta.concrete_fields
-        columns = ", ".join(f"u.{field.column}" for field in fields)
+        sql, attnames = _statement(user_model, with_perms)
         alias = router.db_for_read(Token)
-        with connections[alias].cursor() as cursor:
-            cursor.execute(
-                f"SELECT {columns}, {held_sql} FROM {meta.db_table} u"
-                f" JOIN {Token._meta.db_table} t ON t.user_id = u.{pk} WHERE t.key = %s",
-                [permissions.APPS, key] if with_perms else [key],
-            )
-            row = cursor.fetchone()
+        connection = connections[alias]
+        row = _row(connection, sql, key)
         if row is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))
-        user = user_model.from_db(alias, [f.attname for f in fields], _converted(alias, row[: len(fields)]))
+        user = user_model.from_db(alias, attnames, _converted(connection, user_model, row[: len(attnames)]))
         if not user.is_active:
             raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
         if with_perms:
-            permissions.remember(user, row[len(fields)])
-        return user, Token(key=key, user=user)
+            permissions.remember(user, row[len(attnames)])
+        token = Token(key=key, user_id=user.pk)
+        Token.user.field.set_cached_value(token, user)  # token.user is this user, with no query
+        return user, token
 
 
-def _converted(alias: str, values: Any) -> list[Any]:
+def _row(connection: Any, sql: str, key: str) -> Any:
+    """The statement's row, the statement standing in for the request's connection health check.
+
+    With CONN_HEALTH_CHECKS, Django sends `SELECT 1` before a request's first statement on a
+    persistent connection, and reconnects when that fails. This read-only statement is that
+    first statement: if it fails and the connection then proves unusable, the connection is
+    closed and the statement runs again on a new one, which is what the check would have done
+    (a failure on a live connection is raised as it is). Inside a transaction (ATOMIC_REQUESTS)
+    Django's own check runs, unchanged.
+    """
+    checking = (
+        connection.connection is not None
+        and connection.health_check_enabled
+        and not connection.health_check_done
+        and not connection.in_atomic_block
+    )
+    if checking:
+        connection.health_check_done = True
+    try:
+        return _fetch(connection, sql, key)
+    except DatabaseError:
+        if not checking or connection.is_usable():
+            raise
+        connection.close()
+    return _fetch(connection, sql, key)
+
+
+def _fetch(connection: Any, sql: str, key: str) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key])
+        return cursor.fetchone()
+
+
+@functools.lru_cache(maxsize=8)
+def _statement(user_model: Any, with_perms: bool) -> tuple[str, list[str]]:
+    """The SELECT of a token's user (and its permissions), and the user's attribute names in its order."""
+    meta = user_model._meta
+    pk = meta.pk.column
+    fields = meta.concrete_fields
+    columns = ", ".join(f"u.{field.column}" for field in fields)
+    held = permissions.held_sql(f"u.{pk}") if with_perms else "NULL"
+    # The token as a scalar subquery, not a join: PostgreSQL plans it without a join search.
+    sql = (
+        f"SELECT {columns}, {held} FROM {meta.db_table} u"
+        f" WHERE u.{pk} = (SELECT t.user_id FROM {Token._meta.db_table} t WHERE t.key = %s)"
+    )
+    return sql, [field.attname for field in fields]
+
+
+def _converted(connection: Any, user_model: Any, values: Any) -> Any:
     """Column values as the ORM would hand them to the model: each field's database converters applied."""
-    connection = connections[alias]
-    out = []
-    for field, value in zip(get_user_model()._meta.concrete_fields, values, strict=True):
-        for convert in field.get_db_converters(connection):
+    per_model = _CONVERTERS.setdefault(connection, {})
+    converters = per_model.get(user_model)
+    if converters is None:
+        converters = per_model[user_model] = [
+            (i, field, found)
+            for i, field in enumerate(user_model._meta.concrete_fields)
+            if (found := field.get_db_converters(connection))
+        ]
+    if not converters:
+        return values
+    out = list(values)
+    for i, field, chain in converters:
+        value = out[i]
+        for convert in chain:
             value = convert(value, field, connection)
-        out.append(value)
+        out[i] = value
     return out

