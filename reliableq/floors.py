@@ -45,6 +45,23 @@ NO_UUID = uuid.UUID(int=0)  # the lowest uuid
 NO_ID = str(NO_UUID)
 
 
+class _Sweeps:
+    """When to read from the start again: every `every` seconds, or 20 times what the last sweep took."""
+
+    def __init__(self, every: float, clock: Callable[[], float]) -> None:
+        self._every = every
+        self._clock = clock
+        self._next = 0.0  # the first read is a sweep
+
+    def due(self) -> bool:
+        return self._clock() >= self._next
+
+    def done(self, began: float) -> None:
+        """A sweep that began at `began` (the clock's time) just ended."""
+        now = self._clock()
+        self._next = now + max(self._every, SWEEP_SHARE * (now - began))
+
+
 class ClaimFloors:
     """Per queue, the (priority, run_at, id) where this worker's next claim starts reading."""
 
@@ -56,14 +73,12 @@ class ClaimFloors:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._slack = dt.timedelta(seconds=slack)
-        self._sweep = sweep
-        self._clock = clock
+        self._sweeps = _Sweeps(sweep, clock)
         self._at: dict[str, tuple[int, Any, uuid.UUID]] = {}
-        self._next_sweep = 0.0  # the first claim reads from the start
 
     def sweeping(self) -> bool:
         """True when the next claim should read its queues from the start."""
-        return self._clock() >= self._next_sweep
+        return self._sweeps.due()
 
     def bound(self, queue: str, *, sweep: bool) -> tuple[int, Any, Any]:
         """The (priority, run_at, id) a claim of `queue` reads from; the lowest possible in a sweep."""
@@ -89,11 +104,10 @@ class ClaimFloors:
             latest = at - self._slack
             key = (priority, run_at, job_id) if run_at < latest else (priority, latest, NO_UUID)
             old = self._at.get(queue)
-            # A sweep saw everything: its first row is the front. A floored claim only moves forward.
+            # A sweep read from the start: where it stopped is the front. A floored claim only moves forward.
             self._at[queue] = key if sweep or old is None else max(old, key)
         if sweep:
-            took = self._clock() - began
-            self._next_sweep = self._clock() + max(self._sweep, SWEEP_SHARE * took)
+            self._sweeps.done(began)
 
 
 class RescueFloor:
@@ -107,13 +121,11 @@ class RescueFloor:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._margin = dt.timedelta(seconds=margin)
-        self._sweep = sweep
-        self._clock = clock
+        self._sweeps = _Sweeps(sweep, clock)
         self._at: dt.datetime | None = None
-        self._next_sweep = 0.0
 
     def sweeping(self) -> bool:
-        return self._at is None or self._clock() >= self._next_sweep
+        return self._at is None or self._sweeps.due()
 
     def bound(self, *, sweep: bool) -> Any:
         return NO_TIME if sweep or self._at is None else self._at
@@ -123,5 +135,4 @@ class RescueFloor:
         if complete:
             self._at = at - self._margin
         if sweep:
-            took = self._clock() - began
-            self._next_sweep = self._clock() + max(self._sweep, SWEEP_SHARE * took)
+            self._sweeps.done(began)
