@@ -16,6 +16,8 @@ REPORT_ORDER = [
     "io",
     "latency",
     "pileup",
+    "xmin",
+    "soak",
     "flow",
     "recovery",
     "amplification",
