@@ -29,6 +29,10 @@ class ServerConnections:
         self.groups = dict(groups)
         self.interval = interval
         self.peaks = dict.fromkeys(self.groups, 0)
+        # The highest count seen in two samples in a row: a backend that PostgreSQL still lists for an
+        # instant while it exits (a restart, a terminated connection) is not one the pooler holds.
+        self.sustained = dict.fromkeys(self.groups, 0)
+        self._last: dict[str, int] | None = None
         self.samples = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._next = 0.0
@@ -52,11 +56,16 @@ class ServerConnections:
             row = self._conn.execute(self._query, self._params).fetchone()
         except psycopg.OperationalError:
             self.close()
+            self._last = None
             return
         assert row is not None
         self.samples += 1
-        for name, count in zip(self.groups, row, strict=True):
+        counts = dict(zip(self.groups, row, strict=True))
+        for name, count in counts.items():
             self.peaks[name] = max(self.peaks[name], count)
+            if self._last is not None:
+                self.sustained[name] = max(self.sustained[name], min(count, self._last[name]))
+        self._last = counts
 
     @contextmanager
     def sampling(self) -> Iterator[ServerConnections]:

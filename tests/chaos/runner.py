@@ -398,7 +398,7 @@ class ChaosRun:
         outcome.faults = self.faults + self.crash_counts()
         outcome.deaf_workers = self.count_logs("does not hear a NOTIFY")
         if self.watch is not None:
-            outcome.peak_pooled = self.watch.peaks["pooled"]
+            outcome.peak_pooled = self.watch.sustained["pooled"]
             outcome.peak_listening = self.watch.peaks["listening"]
             outcome.samples = self.watch.samples
         with self.admin() as conn:
