@@ -66,7 +66,7 @@ class Maintenance:
             deleted = self._store.retain()
             if any(deleted.values()):
                 logger.info("retention deleted %s", ", ".join(f"{n} {s}" for s, n in deleted.items() if n))
-            if getattr(deleted, "more", False):
+            if deleted.more:
                 self._next["retain"] = now  # old rows are left: another round at the next tick
 
     def resign(self) -> None:

@@ -50,7 +50,7 @@ class Store(Protocol):
 
     def rescue(self) -> list[Rescued]: ...
 
-    def retain(self) -> dict[str, int]: ...
+    def retain(self) -> services.Retained: ...
 
     def guard_claims(self, queues: Sequence[str]) -> None:
         """Analyze the job table if stale statistics would send a claim of these queues off its index."""
@@ -116,7 +116,7 @@ class DatabaseStore:
     def rescue(self) -> list[Rescued]:
         return leases.rescue(self._rescue_floor)
 
-    def retain(self) -> dict[str, int]:
+    def retain(self) -> services.Retained:
         return services.retain()
 
     def guard_claims(self, queues: Sequence[str]) -> None:

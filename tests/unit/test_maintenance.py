@@ -45,7 +45,7 @@ class Store:
     def schedule_cron(self) -> None:
         self.calls["schedule"] += 1
 
-    def retain(self) -> dict[str, int]:
+    def retain(self) -> Retained:
         self.calls["retain"] += 1
         deleted = Retained(SUCCEEDED=1000 if self.old_rows else 0)
         deleted.more = self.old_rows > 1

@@ -18,6 +18,7 @@ from django.db import OperationalError
 import reliableq
 from reliableq.leases import ClaimedJob, Finish, FinishResult, Rescued
 from reliableq.registry import Limits
+from reliableq.services import Retained
 from reliableq.worker import Worker, WorkerConfig
 from tests.support import wait_until
 
@@ -148,8 +149,8 @@ class FakeStore:
     def rescue(self) -> list[Rescued]:
         return []
 
-    def retain(self) -> dict[str, int]:
-        return {}
+    def retain(self) -> Retained:
+        return Retained()
 
     def guard_claims(self, queues: Sequence[str]) -> None:
         pass
