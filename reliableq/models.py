@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import TypeVar
 
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import db
+from . import db, ids
 from .fields import BigIntegerArrayField, IntegerArrayField
 
 
@@ -72,7 +71,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 
 class Job(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=ids.job_id, editable=False)
     kind = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0, help_text="Lower runs first.")
@@ -140,6 +139,7 @@ class Job(models.Model):
                 condition=Q(status__in=["DEAD", "CANCELLED"]),
                 name="reliableq_job_settled_created",
             ),
+            # Also the queues' names, read by a loose index scan (stats.queues()) on every list page.
             models.Index(fields=["queue", "-created_at"], name="reliableq_job_queue_created"),
             models.Index(fields=["kind", "-created_at"], name="reliableq_job_kind_created"),
             # Per-key limits: the RUNNING jobs of one (kind, concurrency_key).
@@ -188,7 +188,9 @@ class Job(models.Model):
 
 class Attempt(models.Model):
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    # No index of its own: the (job, number) constraint's index leads with the job and serves every
+    # lookup by job; a second one was a fourth index write per attempt.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set", db_index=False)
     number = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=200)
     lease_token = models.UUIDField()

@@ -18,6 +18,7 @@ from django.db.models.functions import Now
 from . import audit, db, planguard, registry, rules
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
+from .ids import job_id as new_job_id
 from .models import FINISHED, Attempt, Job, JobStatus, QueueState, ReturnValue
 
 __all__ = [
@@ -129,7 +130,7 @@ def submit(
     submitter = "" if submitted_by is None else submitted_by.get_username()
 
     for _ in range(3):
-        job_id = uuid.uuid4()
+        job_id = new_job_id()
         with db.cursor() as cursor:
             cursor.execute(
                 f"""
@@ -329,7 +330,7 @@ def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job
                 _check_concurrency_key(handler, new.concurrency_key)
         except InvalidJob as exc:
             raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
-        rows.append((uuid.uuid4(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key))
+        rows.append((new_job_id(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key))
     ids, kinds, queues, priorities, payloads, budgets, run_ats, keys = (
         list(column) for column in zip(*rows, strict=True)
     )
@@ -403,7 +404,7 @@ def enqueue_many(
     encoded = [rules.payload(payload) for payload in payloads]
     if not encoded:
         return []
-    ids = [uuid.uuid4() for _ in encoded]
+    ids = [new_job_id() for _ in encoded]
     with db.cursor() as cursor:
         cursor.execute(
             f"""

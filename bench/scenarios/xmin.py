@@ -38,7 +38,7 @@ GOAL_RECOVERY = 60.0
 class Sample:
     at: float  # seconds since the run's start
     enqueued: int  # cumulative
-    completed: int  # cumulative
+    completed: int  # cumulative, by finished_at, filled in after the drain
     dead_tuples: int
     horizon_age: float
 
@@ -83,6 +83,7 @@ def xmin(bench: Bench, s: Section) -> None:
     )
     results: dict[str, dict[str, Any]] = {}
     rows = []
+    overloaded: list[str] = []
     for rate in p.xmin_rates:
         for variant in p.xmin_variants:
             name = f"{rate:g}/s, {variant}"
@@ -90,6 +91,16 @@ def xmin(bench: Bench, s: Section) -> None:
             windows, samples = _run(bench, rate, variant, fp, fc)
             verdict = _verdict(windows, samples, rate, base, pin)
             results[name] = {"rate": rate, "variant": variant, "windows": windows, "samples": samples, **verdict}
+            if verdict["baseline_completed"] < GOAL_COMPLETED:
+                # A shared machine may be slower than the fleet's rated capacity: then the pin's
+                # windows measure an overload that began before it, and the verdict says nothing
+                # about the snapshot. Said in the report, never folded into the goal's figures.
+                overloaded.append(
+                    f"**Finding, {name}:** the fleet kept up with only "
+                    f"{100 * verdict['baseline_completed']:.0f}% of the offered {rate:g} jobs/s before the snapshot "
+                    "was taken: the machine could not carry this rate during the run, so its held and after "
+                    "windows measure an overload, not the snapshot."
+                )
             bench.say(
                 f"  {name}: completed during the pin >= {100 * verdict['worst_completed']:.0f}% of offered, "
                 f"claim p99 {verdict['base_p99']:.2f} -> {verdict['pin_p99']:.2f} ms "
@@ -98,6 +109,7 @@ def xmin(bench: Bench, s: Section) -> None:
             rows.append(
                 [
                     name,
+                    f"{100 * verdict['baseline_completed']:.0f}%",
                     f"{100 * verdict['worst_completed']:.0f}%",
                     f"{verdict['base_p50']:.2f} / {verdict['base_p99']:.2f}",
                     f"{verdict['pin_p50']:.2f} / {verdict['pin_p99']:.2f}",
@@ -113,7 +125,8 @@ def xmin(bench: Bench, s: Section) -> None:
         table(
             [
                 "load, snapshot",
-                "worst window completed / offered",
+                "baseline completed / offered (worst window)",
+                "held: worst window completed / offered",
                 "claim p50 / p99 ms, baseline",
                 "claim p50 / p99 ms, held (worst window)",
                 "p99 ratio",
@@ -126,6 +139,7 @@ def xmin(bench: Bench, s: Section) -> None:
             rows,
         )
     )
+    s.notes.extend(overloaded)
     for name, r in results.items():
         s.notes.append(f"Per {p.xmin_window:g} s, {name}:\n\n" + _window_table(r["windows"]))
     s.data = {
@@ -175,8 +189,6 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
         pinner: psycopg.Connection[Any] | None = None
         began = time.time()
         enqueuer.start(began)
-        completed = 0
-        last = began
         try:
             while (now := time.time()) < began + total:
                 at = now - began
@@ -190,19 +202,14 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
                     pinner.close()
                     pinner = None
                     bench.say(f"  {variant}: released at {at:.0f} s")
-                done, dead, age = _one(
+                dead, age = _one(
                     """
-                    SELECT (SELECT count(*) FROM reliableq_job
-                             WHERE finished_at >= to_timestamp(%s) AND finished_at < to_timestamp(%s)),
-                           (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'reliableq_job'),
+                    SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'reliableq_job'),
                            coalesce((SELECT extract(epoch FROM max(now() - xact_start)) FROM pg_stat_activity
                                       WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL), 0)
-                    """,
-                    [last, now],
+                    """
                 )
-                completed += done
-                last = now
-                samples.append(Sample(at, enqueuer.count, completed, int(dead), float(age)))
+                samples.append(Sample(at, enqueuer.count, 0, int(dead), float(age)))
                 procs.check_alive()
                 time.sleep(max(0.0, 1.0 - (time.time() - now)))
         finally:
@@ -213,6 +220,9 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
         wait_for(
             lambda: bench.rq.unfinished() == 0, timeout=max(120.0, enqueued / 500), interval=0.5, what=f"{tag} to drain"
         )
+    finished = steady.finished_by(began)  # now that every finish has committed
+    for sample in samples:
+        sample.completed = finished(sample.at)
     o = bench.rq.outcome()
     bench.gate_outcome(tag, o, n=enqueued, attempts=enqueued)
     bench.gate.check(
@@ -260,6 +270,7 @@ def _verdict(windows: list[Window], samples: list[Sample], rate: float, base: fl
     held = [w for w in windows if w.phase == "held"]
     base_claims = [ms for w in baseline for ms in w.claims]
     worst = min((w.completed / max(1, w.offered) for w in held), default=float("nan"))
+    kept_up = min((w.completed / max(1, w.offered) for w in baseline), default=float("nan"))
     pin_p99 = max((w.p(99) for w in held if w.claims), default=float("nan"))
     pin_p50 = max((w.p(50) for w in held if w.claims), default=float("nan"))
     base_p99 = percentile(base_claims, 99) if base_claims else float("nan")
@@ -272,6 +283,7 @@ def _verdict(windows: list[Window], samples: list[Sample], rate: float, base: fl
     met = worst >= GOAL_COMPLETED and ratio <= GOAL_CLAIM_P99 and recovery is not None and recovery <= GOAL_RECOVERY
     return {
         "worst_completed": worst,
+        "baseline_completed": kept_up,
         "base_p50": base_p50,
         "base_p99": base_p99,
         "pin_p50": pin_p50,

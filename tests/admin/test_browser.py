@@ -65,7 +65,7 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
     job_in(JobStatus.PENDING, kind="demo.noop")
     job_in(JobStatus.SUCCEEDED, kind="test.flaky")
     history = list(Attempt.objects.filter(job=dead).order_by("number").values_list("id", "outcome"))
-    short = str(dead.pk)[:8]
+    short = str(dead.pk)[-8:]
     ARTIFACTS.mkdir(exist_ok=True)
 
     # No ORM inside this block: Playwright's sync API runs an event loop in this thread.

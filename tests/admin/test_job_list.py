@@ -38,10 +38,10 @@ def test_job_list_shows_one_distinct_badge_per_status_and_each_rows_columns(oper
 
     assert response.status_code == 200
     rows = {text(row["short_id"]): row for row in job_rows(response)}
-    assert set(rows) == {str(j.pk)[:8] for j in jobs.values()}
+    assert set(rows) == {str(j.pk)[-8:] for j in jobs.values()}
     colours = {}
     for status, job in jobs.items():
-        row = rows[str(job.pk)[:8]]
+        row = rows[str(job.pk)[-8:]]
         (badge,) = BADGE.findall(row["status_display"])
         css, colour, label = badge
         assert (css, label) == (status.lower(), status)
@@ -52,17 +52,17 @@ def test_job_list_shows_one_distinct_badge_per_status_and_each_rows_columns(oper
         assert text(row["attempts_display"]) == f"{job.attempts} / {job.max_attempts}"
     assert len(set(colours.values())) == len(JobStatus.values), f"badge colours must differ per status: {colours}"
 
-    assert text(rows[str(jobs[JobStatus.RUNNING].pk)[:8]]["worker_id"]) == "w-running-1"
-    assert text(rows[str(jobs[JobStatus.RUNNING].pk)[:8]]["attempts_display"]) == "1 / 5"
-    assert text(rows[str(jobs[JobStatus.DEAD].pk)[:8]]["worker_id"]) == "worker-3"
-    assert text(rows[str(jobs[JobStatus.DEAD].pk)[:8]]["attempts_display"]) == "3 / 3"
-    assert text(rows[str(jobs[JobStatus.PENDING].pk)[:8]]["priority"]) == "7"
-    assert text(rows[str(jobs[JobStatus.PENDING].pk)[:8]]["queue"]) == "emails"
+    assert text(rows[str(jobs[JobStatus.RUNNING].pk)[-8:]]["worker_id"]) == "w-running-1"
+    assert text(rows[str(jobs[JobStatus.RUNNING].pk)[-8:]]["attempts_display"]) == "1 / 5"
+    assert text(rows[str(jobs[JobStatus.DEAD].pk)[-8:]]["worker_id"]) == "worker-3"
+    assert text(rows[str(jobs[JobStatus.DEAD].pk)[-8:]]["attempts_display"]) == "3 / 3"
+    assert text(rows[str(jobs[JobStatus.PENDING].pk)[-8:]]["priority"]) == "7"
+    assert text(rows[str(jobs[JobStatus.PENDING].pk)[-8:]]["queue"]) == "emails"
     # The last error is shortened to 80 characters in the list; the job's page has it whole.
-    shortened = text(rows[str(jobs[JobStatus.DEAD].pk)[:8]]["short_error"])
+    shortened = text(rows[str(jobs[JobStatus.DEAD].pk)[-8:]]["short_error"])
     assert shortened == long_error[:79] + "…"
     assert long_error not in body(response)
-    assert text(rows[str(jobs[JobStatus.CANCELLED].pk)[:8]]["short_error"]) == "cancelled by ops"
+    assert text(rows[str(jobs[JobStatus.CANCELLED].pk)[-8:]]["short_error"]) == "cancelled by ops"
 
 
 def test_job_list_is_newest_first(operator_client: Client) -> None:
@@ -168,7 +168,7 @@ def test_search_by_kind_is_exact(operator_client: Client) -> None:
     assert set(listed_ids(operator_client.get(LIST, {"q": "test.flaky"}))) == ids(*flaky)
     # Exact, index-served matches only: no substring search over the table.
     assert listed_ids(operator_client.get(LIST, {"q": "flaky"})) == []
-    assert listed_ids(operator_client.get(LIST, {"q": str(flaky[0].pk)[:8]})) == []
+    assert listed_ids(operator_client.get(LIST, {"q": str(flaky[0].pk)[-8:]})) == []
 
 
 def test_job_list_and_confirmation_page_escape_html_in_errors(operator_client: Client) -> None:

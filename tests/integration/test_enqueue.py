@@ -240,3 +240,19 @@ def test_dedupe_waits_for_the_uncommitted_holder_of_the_key(holder_commits: bool
         assert waiter_job.pk != holder_id
         assert waiter_job.pk == stored.pk
         assert stored.payload == {"who": "waiter"}
+
+
+@pytest.mark.django_db
+def test_every_way_of_making_a_job_gives_it_a_time_ordered_id() -> None:
+    """Version 7 ids keep a job's primary-key entries at the index's right edge (reliableq.ids)."""
+    from reliableq.services import NewJob, submit_many
+
+    made = [
+        enqueue("test.flaky", {}),
+        submit("test.flaky", {})[0],
+        *Job.objects.filter(id__in=reliableq.enqueue_many("test.flaky", [{}, {}])),
+        *submit_many([NewJob(kind="test.flaky", payload={})]),
+        Job.objects.create(kind="test.flaky"),
+    ]
+
+    assert [job.id.version for job in made] == [7] * len(made)

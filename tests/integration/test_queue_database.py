@@ -173,7 +173,7 @@ def test_the_admin_shows_the_queues_jobs_and_audits_a_replay_on_the_default_data
     testing.run_due()
     client = Client()
     client.force_login(operator)
-    assert str(dead.pk)[:8] in client.get("/admin/reliableq/job/").content.decode()
+    assert str(dead.pk)[-8:] in client.get("/admin/reliableq/job/").content.decode()
     page = client.get(f"/admin/reliableq/job/{dead.pk}/change/").content.decode()
     assert "FAILED_PERMANENT" in page  # the attempt history, read from the queue's database
     assert client.get("/admin/reliableq/queuedashboard/").status_code == 200
