@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from .core import Procs, child_env, wait_for
 
@@ -124,7 +124,20 @@ class ReliableQ(System):
     }
 
     def reset(self) -> None:
-        _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_job, reliableq_ratewindow")
+        # Running workers may be in a claim (the job, then its attempt) or a finish (the job, then its
+        # return value) while the bench truncates: TRUNCATE takes its locks in the order it names the
+        # tables, so it names them in the workers' order; it once named the attempts first, waited for
+        # a claim's lock on the jobs while that claim waited for the attempts, and lost a deadlock.
+        # Other statements (the leader's retention) lock these tables in their own order: on a
+        # deadlock, try again.
+        for tries_left in range(4, -1, -1):
+            try:
+                with transaction.atomic():
+                    _exec("TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_ratewindow")
+                return
+            except DatabaseError as error:
+                if tries_left == 0 or getattr(error.__cause__, "sqlstate", None) != "40P01":
+                    raise
 
     def load(self, n: int, job: str, payload: dict[str, Any] | None = None, *, queue: str = QUEUE) -> None:
         self.enqueue_bulk(n, job, payload, queue=queue)
