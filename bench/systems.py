@@ -171,7 +171,14 @@ class ReliableQ(System):
                 services.enqueue_many(kind, [payload or {}] * n, queue=queue)
 
     def unfinished(self) -> int:
-        return _one("SELECT count(*) FROM reliableq_job WHERE status IN ('PENDING', 'RUNNING')")[0]
+        # Through the two partial indexes, each matched by its own predicate: `status IN (...)` matches
+        # neither, and no index holds every status any more (migration 0008), so that read the whole
+        # table, finished rows included: at 1M finished rows, polled every 50 ms, it took a core of
+        # the two from the fleet it was timing.
+        return _one(
+            "SELECT (SELECT count(*) FROM reliableq_job WHERE status = 'PENDING')"
+            " + (SELECT count(*) FROM reliableq_job WHERE status = 'RUNNING')"
+        )[0]
 
     def outcome(self, where: str = "TRUE", params: Any = None) -> Outcome:
         total, succeeded, dead, unfinished, attempts, last_finish = _one(
