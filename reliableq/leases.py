@@ -477,8 +477,14 @@ def _take_sql(
     return _claim_sql(picked_sql), picked_params
 
 
-# Rows already picked and locked by this transaction (a per-key claim), claimed by id.
-_TAKE_IDS_SQL = _claim_sql("SELECT id FROM unnest(%s::uuid[]) AS picked(id)")
+# Rows already picked and locked by this transaction (a per-key claim), claimed by id. The pick
+# and this take are two statements with the keys' lock waits between them: a pause that commits
+# in a wait is seen here (a fresh snapshot), and the rows of its queue are left PENDING.
+_TAKE_IDS_SQL = _claim_sql(
+    f"SELECT p.id FROM unnest(%s::uuid[]) AS p(id) JOIN {JOB} pj ON pj.id = p.id"
+    f" WHERE NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = pj.queue AND q.paused_at IS NOT NULL"
+    " AND (q.paused_until IS NULL OR q.paused_until > now()))"
+)
 
 
 def _paused(queue: str) -> RawSQL:

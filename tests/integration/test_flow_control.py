@@ -21,8 +21,9 @@ from reliableq.leases import Finish
 from reliableq.models import Attempt, Job, JobStatus, Outcome, QueueState
 from reliableq.testing import run_due
 from testproject.jobs import per_key, rated
+from tests.support import wait_until
 
-from .helpers import claim_jobs, db_now, expire, spawn
+from .helpers import claim_jobs, db_now, expire, lock_waiters, raw_connect, spawn
 
 reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
 reliableq.handler("test.rated", rate_limit="10/s")(rated)
@@ -289,6 +290,22 @@ def test_nothing_is_claimed_from_a_paused_queue_and_resume_lets_claims_in() -> N
 
     services.resume("mail")
     assert [j.queue for j in claim_jobs(queues=("mail",))] == ["mail"]
+
+
+def test_a_per_key_claim_that_waited_for_a_key_through_a_pause_takes_nothing() -> None:
+    # A per-key claim picks its rows, then waits for each key's lock; the pause may commit in that
+    # wait. Found by chaos seed 1: four attempts started 0.4 s inside the pause window.
+    reliableq.enqueue("test.per_key", {}, concurrency_key="a")
+    with raw_connect() as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('reliableq:key:test.per_key'), hashtext('a'))")
+        waiting = spawn(claim_limited, "w-waits")
+        wait_until(lambda: lock_waiters() >= 1, timeout=10, what="the claim to wait for the key's lock")
+        services.pause("default")
+        holder.commit()  # the key is free; the claim goes on, after the pause
+    assert waiting.result(timeout=30) == []
+    assert Job.objects.get().status == JobStatus.PENDING
+    services.resume("default")
+    assert len(claim_limited()) == 1
 
 
 def test_a_pause_until_a_time_ends_by_itself() -> None:
