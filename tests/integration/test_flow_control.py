@@ -294,7 +294,7 @@ def test_nothing_is_claimed_from_a_paused_queue_and_resume_lets_claims_in() -> N
 
 def test_a_per_key_claim_that_waited_for_a_key_through_a_pause_takes_nothing() -> None:
     # A per-key claim picks its rows, then waits for each key's lock; the pause may commit in that
-    # wait. Found by chaos seed 1: four attempts started 0.4 s inside the pause window.
+    # wait. Found by chaos seed 1: four attempts of one claim started inside the pause window.
     reliableq.enqueue("test.per_key", {}, concurrency_key="a")
     with raw_connect() as holder:
         holder.execute("SELECT pg_advisory_xact_lock(hashtext('reliableq:key:test.per_key'), hashtext('a'))")
