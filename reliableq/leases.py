@@ -477,13 +477,15 @@ def _take_sql(
     return _claim_sql(picked_sql), picked_params
 
 
+# A queue state row `q` that pauses its queue now, by database time.
+_PAUSED_NOW = "q.paused_at IS NOT NULL AND (q.paused_until IS NULL OR q.paused_until > now())"
+
 # Rows already picked and locked by this transaction (a per-key claim), claimed by id. The pick
 # and this take are two statements with the keys' lock waits between them: a pause that commits
 # in a wait is seen here (a fresh snapshot), and the rows of its queue are left PENDING.
 _TAKE_IDS_SQL = _claim_sql(
     f"SELECT p.id FROM unnest(%s::uuid[]) AS p(id) JOIN {JOB} pj ON pj.id = p.id"
-    f" WHERE NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = pj.queue AND q.paused_at IS NOT NULL"
-    " AND (q.paused_until IS NULL OR q.paused_until > now()))"
+    f" WHERE NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = pj.queue AND {_PAUSED_NOW})"
 )
 
 
@@ -491,8 +493,7 @@ def _paused(queue: str) -> RawSQL:
     """True while `queue` is paused, by database time. It names no row of the job table, so the
     planner checks it once per statement (a one-time filter), not once per row."""
     return RawSQL(
-        f"EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = %s AND q.paused_at IS NOT NULL"
-        " AND (q.paused_until IS NULL OR q.paused_until > now()))",
+        f"EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = %s AND {_PAUSED_NOW})",
         (queue,),
         output_field=BooleanField(),
     )
