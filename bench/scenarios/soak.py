@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import connection
 
+from .. import walstats
 from ..core import Procs, wait_for
 from ..systems import _one
 from .context import Bench
@@ -62,6 +63,7 @@ def soak(bench: Bench, s: Section) -> None:
         began = time.time()
         last, completed = began, 0
         start_lsn = _one("SELECT pg_current_wal_lsn()::text")[0]
+        sampled = [start_lsn]  # the LSN at every sample
         enqueuer.start(began)
         try:
             while (now := time.time()) < began + p.soak_seconds:
@@ -76,6 +78,7 @@ def soak(bench: Bench, s: Section) -> None:
                 job, job_idx, attempt, attempt_idx, lsn = _one(SIZES)
                 wal = _one("SELECT pg_wal_lsn_diff(%s, %s)", [lsn, start_lsn])[0]
                 completed += done
+                sampled.append(lsn)
                 rows.append(
                     {
                         "at": now - began,
@@ -100,6 +103,8 @@ def soak(bench: Bench, s: Section) -> None:
                 procs.check_alive()
         finally:
             enqueuer.stop()
+        # The last sample's stretch of WAL, read at once (before a checkpoint can recycle it).
+        parts = walstats.breakdown(bench.database_url, sampled[-2], sampled[-1]) if len(sampled) > 1 else None
         wait_for(lambda: bench.rq.unfinished() == 0, timeout=120, interval=0.5, what="soak to drain", procs=procs)
         tail = _one(
             "SELECT count(*) FROM reliableq_job WHERE finished_at >= to_timestamp(%s) - interval '1 s'",
@@ -158,6 +163,11 @@ def soak(bench: Bench, s: Section) -> None:
             ],
         )  # fmt: skip
     )
+    if parts is not None:
+        jobs = rows[-1]["rate"] * rows[-1]["seconds"]
+        s.notes.append(_wal_note(parts, jobs, rows[-1]["at"] - rows[-1]["seconds"], rows[-1]["at"]))
+    else:
+        s.notes.append("The WAL of the last sample was recycled before it could be read: no breakdown this run.")
     s.data = {
         "maximum": most,
         "offered": rate,
@@ -165,6 +175,7 @@ def soak(bench: Bench, s: Section) -> None:
         "last": final,
         "wal_bytes_per_job": per_job,
         "wal_lsn": [start_lsn, end_lsn],
+        "wal_breakdown": [vars(part) for part in parts or []],
         "size_growth_mb": growth,
         "samples": rows,
     }
@@ -181,3 +192,35 @@ def soak(bench: Bench, s: Section) -> None:
 def _rate(rows: list[dict[str, Any]]) -> float:
     seconds = sum(r["seconds"] for r in rows)
     return sum(r["rate"] * r["seconds"] for r in rows) / seconds if seconds else float("nan")
+
+
+def _wal_note(parts: list[walstats.Part], jobs: float, start: float, end: float) -> str:
+    """Bytes per job of the last sample's WAL: by relation, then by record type."""
+    jobs = max(1.0, jobs)
+    total = sum(p.bytes + p.fpi_bytes for p in parts)
+    relations = [
+        [
+            name,
+            f"{records / jobs:.2f}",
+            f"{(size + fpi) / jobs:,.0f}",
+            f"{fpi / jobs:,.0f}",
+            f"{100 * (size + fpi) / total:.0f}%",
+        ]
+        for name, records, size, fpi in walstats.by_relation(parts)
+    ]
+    kinds: dict[str, list[int]] = {}
+    for p in parts:
+        k = kinds.setdefault(p.kind, [0, 0])
+        k[0] += p.records
+        k[1] += p.bytes + p.fpi_bytes
+    types = [
+        [kind, f"{records / jobs:.2f}", f"{size / jobs:,.0f}", f"{100 * size / total:.0f}%"]
+        for kind, (records, size) in sorted(kinds.items(), key=lambda kv: -kv[1][1])[:12]
+    ]
+    return (
+        f"Where the WAL went, from {start:.0f} to {end:.0f} s ({total / jobs:,.0f} bytes for each of the "
+        f"{jobs:,.0f} jobs completed then; pg_walinspect, a record counted to the relation of its first block):\n\n"
+        + table(["relation", "records per job", "bytes per job", "of which full pages", "share"], relations)
+        + "\n\nBy record type (the largest twelve):\n\n"
+        + table(["record", "records per job", "bytes per job", "share"], types)
+    )
