@@ -32,7 +32,7 @@ class Profile:
     maintenance_seconds: float  # the fleet scenario's window counting maintenance statements
     xmin_rates: tuple[float, ...]  # the long-transaction scenario: offered jobs/s
     xmin_phases: tuple[float, float, float]  # seconds of baseline, with the snapshot held, after its release
-    xmin_variants: tuple[str, ...]  # how the snapshot is held (bench.scenarios.xmin.VARIANTS)
+    xmin_variants: tuple[str, ...]  # how the snapshot is held (bench.scenarios.xmin.VARIANTS; "none": a control)
     xmin_window: float  # seconds per row of its report
     soak_seconds: float  # the soak scenario: how long half the maximum is offered
     soak_sample: float  # seconds between its samples
@@ -67,7 +67,7 @@ PROFILES = {
         maintenance_seconds=2.0,
         xmin_rates=(200,),
         xmin_phases=(4.0, 8.0, 4.0),
-        xmin_variants=("repeatable read",),
+        xmin_variants=("none", "repeatable read"),
         xmin_window=4.0,
         soak_seconds=8.0,
         soak_sample=2.0,
@@ -133,7 +133,7 @@ PROFILES = {
         maintenance_seconds=15.0,
         xmin_rates=(800, 3000),
         xmin_phases=(120.0, 600.0, 120.0),
-        xmin_variants=("repeatable read", "idle in transaction"),
+        xmin_variants=("none", "repeatable read", "idle in transaction"),
         xmin_window=10.0,
         soak_seconds=1800.0,
         soak_sample=10.0,

@@ -96,8 +96,14 @@ def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     held = results["sections"]["xmin"]["200/s, repeatable read"]
     assert [w["phase"] for w in held["windows"]][:3] == ["baseline", "held", "held"]
     assert all(w["claims"] > 0 for w in held["windows"])
+    assert all(w["checkpoints"] >= 0 for w in held["windows"])
+    control = results["sections"]["xmin"]["200/s, none"]  # the same phases with nothing held
+    assert [w["phase"] for w in control["windows"]][:3] == ["baseline", "held", "held"]
+    assert list(results["sections"]["xmin"]) == ["200/s, none", "200/s, repeatable read"]
     soak = results["sections"]["soak"]
     assert soak["samples"] and soak["wal_bytes_per_job"] > 0
+    # Where the last sample's WAL went: the job table's own records are among it.
+    assert any(part["relation"] == "reliableq_job" and part["bytes"] > 0 for part in soak["wal_breakdown"])
     fleet = results["sections"]["fleet"]
     assert list(fleet["by_processes"]) == ["1", "2"]
     assert all(point["calls"]["rescue"] >= 1 for point in fleet["by_processes"].values())
