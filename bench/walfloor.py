@@ -1,6 +1,6 @@
 """WAL per job of the storage today, and of the designs that would write less, side by side.
 
-    python -m bench.walfloor [--jobs 60000] [--warmup 30000] [--rounds 2]
+    python -m bench.walfloor [--jobs 60000] [--warmup 40000] [--rounds 2] [--data-dir .pgdata/bench]
 
 The soak measures the WAL of the real fleet (bench.scenarios.soak). This asks what a job's
 lifecycle would cost in other table layouts, without building them: each layout is made in a
@@ -33,6 +33,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -249,9 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=60_000)
     parser.add_argument("--warmup", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--data-dir", type=Path, default=core.DATA_DIR, help="the harness's own PostgreSQL data dir")
     args = parser.parse_args(argv)
     progress = core.Progress()
-    url = core.start_server()
+    url = core.start_server(args.data_dir)
     core.prepare_environment(url)
     import django
     from django.core.management import call_command

@@ -27,7 +27,7 @@ BREAKDOWN = """
     SELECT coalesce(pg_filenode_relation(f.reltablespace, f.relfilenode)::text,
                     CASE WHEN f.relfilenode IS NULL THEN 'no relation' ELSE 'other relations' END) AS relation,
            r.resource_manager || '/' || r.record_type AS kind,
-           count(*), sum(r.record_length), sum(r.fpi_length)
+           count(*), sum(r.record_length - r.fpi_length), sum(r.fpi_length)
       FROM records r LEFT JOIN firsts f USING (start_lsn)
      GROUP BY 1, 2
 """
@@ -38,8 +38,8 @@ class Part:
     relation: str
     kind: str  # resource manager / record type
     records: int
-    bytes: int  # the records' own bytes
-    fpi_bytes: int  # full-page images among them
+    bytes: int  # the records' own bytes, without their full-page images
+    fpi_bytes: int  # the full-page images they carry (record_length counts both)
 
 
 def breakdown(url: str, start_lsn: str, end_lsn: str) -> list[Part] | None:
