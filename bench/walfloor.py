@@ -66,13 +66,14 @@ class Layout:
     drop: tuple[str, ...] = ()  # indexes of the migrated tables left out of the copy
 
 
-# The migrated tables, copied with their indexes and constraints.
-COPIED = [
-    f"CREATE TABLE {S}.job (LIKE public.reliableq_job INCLUDING ALL)",
+# The migrated attempt table, copied with its indexes and constraints (every layout keeps it).
+ATTEMPT = [
     f"CREATE TABLE {S}.attempt (LIKE public.reliableq_attempt INCLUDING ALL)",
     f"ALTER TABLE {S}.attempt ADD FOREIGN KEY (job_id) REFERENCES {S}.job (id)"
     " ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
 ]
+# The migrated tables, copied with their indexes and constraints.
+COPIED = [f"CREATE TABLE {S}.job (LIKE public.reliableq_job INCLUDING ALL)", *ATTEMPT]
 
 TODAY_CLAIM = f"""
     WITH picked AS MATERIALIZED (
@@ -131,9 +132,7 @@ NARROW = Layout(
         f"CREATE TABLE {S}.lease (id uuid PRIMARY KEY, token uuid NOT NULL, expires_at timestamptz NOT NULL,"
         " worker_id varchar(200) NOT NULL)",
         f"CREATE INDEX lease_expiry ON {S}.lease (expires_at)",
-        f"CREATE TABLE {S}.attempt (LIKE public.reliableq_attempt INCLUDING ALL)",
-        f"ALTER TABLE {S}.attempt ADD FOREIGN KEY (job_id) REFERENCES {S}.job (id)"
-        " ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
+        *ATTEMPT,
     ],
     f"""
     WITH j AS (INSERT INTO {S}.job ({COLUMNS}) {NEW_ROWS} RETURNING id, queue, priority, run_at)
@@ -237,7 +236,7 @@ def measure(url: str, layout: Layout, *, jobs: int, warmup: int, say: Callable[[
         "layout": layout.name,
         "bytes_per_job": float(total) / jobs,
         "without_full_pages": (float(total) - fpi) / jobs,
-        "relations": walstats.by_relation(parts),
+        "relations": walstats.grouped(parts),
         "parts": parts,
     }
     per_job, lean = result["bytes_per_job"], result["without_full_pages"]

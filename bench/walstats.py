@@ -57,11 +57,11 @@ def breakdown(url: str, start_lsn: str, end_lsn: str) -> list[Part] | None:
     return sorted(parts, key=lambda p: -(p.bytes + p.fpi_bytes))
 
 
-def by_relation(parts: list[Part]) -> list[tuple[str, int, int, int]]:
-    """(relation, records, bytes, full-page image bytes), largest first."""
+def grouped(parts: list[Part], by: str = "relation") -> list[tuple[str, int, int, int]]:
+    """(relation or record kind, records, bytes, full-page image bytes), largest first."""
     totals: dict[str, list[int]] = {}
     for p in parts:
-        t = totals.setdefault(p.relation, [0, 0, 0])
+        t = totals.setdefault(getattr(p, by), [0, 0, 0])
         t[0] += p.records
         t[1] += p.bytes
         t[2] += p.fpi_bytes

@@ -206,16 +206,11 @@ def _wal_note(parts: list[walstats.Part], jobs: float, start: float, end: float)
             f"{fpi / jobs:,.0f}",
             f"{100 * (size + fpi) / total:.0f}%",
         ]
-        for name, records, size, fpi in walstats.by_relation(parts)
+        for name, records, size, fpi in walstats.grouped(parts)
     ]
-    kinds: dict[str, list[int]] = {}
-    for p in parts:
-        k = kinds.setdefault(p.kind, [0, 0])
-        k[0] += p.records
-        k[1] += p.bytes + p.fpi_bytes
     types = [
-        [kind, f"{records / jobs:.2f}", f"{size / jobs:,.0f}", f"{100 * size / total:.0f}%"]
-        for kind, (records, size) in sorted(kinds.items(), key=lambda kv: -kv[1][1])[:12]
+        [kind, f"{records / jobs:.2f}", f"{(size + fpi) / jobs:,.0f}", f"{100 * (size + fpi) / total:.0f}%"]
+        for kind, records, size, fpi in walstats.grouped(parts, by="kind")[:12]
     ]
     return (
         f"Where the WAL went, from {start:.0f} to {end:.0f} s ({total / jobs:,.0f} bytes for each of the "
