@@ -8,9 +8,11 @@ user's permissions in it when Django's ModelBackend is the only backend, and ans
 as DRF does: 401 for an unknown token or an inactive user.
 
 The statement's text and the columns' converters are worked out once per user model and
-connection, not on every request. With CONN_HEALTH_CHECKS, the statement is the request's health
-check too (see _row): a persistent connection found dead is replaced and the statement run
-again, as Django's own check would have done before it, one round trip sooner.
+connection, not on every request; where migration 0010 installed it, the lookup is a call of a
+PL/pgSQL function whose plan the server keeps (reliableq.api.tokenfunction). With
+CONN_HEALTH_CHECKS, the statement is the request's health check too (see _row): a persistent
+connection found dead is replaced and the statement run again, as Django's own check would have
+done before it, one round trip sooner.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import HTTP_HEADER_ENCODING, authentication, exceptions
 from rest_framework.authtoken.models import Token
 
-from . import permissions
+from . import permissions, tokenfunction
 
 # Per connection (thread-local in Django): per user model, the converters of the columns that have any.
 _CONVERTERS: weakref.WeakKeyDictionary[Any, dict[Any, list[tuple[int, Any, list[Callable[..., Any]]]]]] = (
@@ -60,9 +62,13 @@ class TokenAuthentication(authentication.TokenAuthentication):
         sql, attnames = _statement(user_model, with_perms)
         alias = router.db_for_read(Token)
         connection = connections[alias]
-        row = _row(connection, sql, key)
+        # The same lookup through the function whose plan the server keeps, where it is installed.
+        found = tokenfunction.positions(connection, user_model) if with_perms else None
+        row = _row(connection, sql if found is None else tokenfunction.CALL, key)
         if row is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))
+        if found is not None:
+            row = [*(row[i] for i in found), row[-1]]
         user = user_model.from_db(alias, attnames, _converted(connection, user_model, row[: len(attnames)]))
         if not user.is_active:
             raise exceptions.AuthenticationFailed(_("User inactive or deleted."))

@@ -53,7 +53,7 @@ def model_backend_only() -> bool:
     return list(getattr(settings, "AUTHENTICATION_BACKENDS", [MODEL_BACKEND])) == [MODEL_BACKEND]
 
 
-def held_sql(user_id: str) -> str:
+def held_sql(user_id: str, codenames: str = f"IN ({CODENAMES})", user_model: Any = None) -> str:
     """SQL: a text[] of the "app_label.codename" permissions named in CHECKED that the user
     `user_id` holds directly or through a group (no parameter; the caller keeps the names of
     CHECKED only: the same codename in another app is fetched, then dropped). Names come from the
@@ -64,13 +64,17 @@ def held_sql(user_id: str) -> str:
     as one join: it runs on every API request without a prepared plan (a pooler in transaction
     mode could not keep one), and PostgreSQL plans each small subquery with no join search. As a
     five-table join with a UNION it took about 170 us to plan and 100 us to run; this, about 115
-    and 40 (EXPLAIN ANALYZE on PostgreSQL 15, a warm connection).
+    and 40 (EXPLAIN ANALYZE on PostgreSQL 15, a warm connection). Where it can, the token lookup
+    runs it inside a PL/pgSQL function whose plan the server keeps (reliableq.api.tokenfunction).
+
+    `codenames` is the test applied to each permission's codename (the token function passes
+    `= ANY(<its parameter>)`).
     """
-    return _held_sql(get_user_model(), user_id)
+    return _held_sql(user_model or get_user_model(), user_id, codenames)
 
 
 @functools.lru_cache(maxsize=8)
-def _held_sql(user_model: Any, user_id: str) -> str:
+def _held_sql(user_model: Any, user_id: str, codenames: str) -> str:
     user_perms = user_model._meta.get_field("user_permissions").remote_field.through._meta
     user_groups = user_model._meta.get_field("groups").remote_field.through._meta
     group_perms = Group._meta.get_field("permissions").remote_field.through._meta  # type: ignore[union-attr]
@@ -80,7 +84,7 @@ def _held_sql(user_model: Any, user_id: str) -> str:
     return (
         f"ARRAY(SELECT (SELECT ct.app_label FROM {ContentType._meta.db_table} ct WHERE ct.id = p.content_type_id)"
         f" || '.' || p.codename FROM {Permission._meta.db_table} p"
-        f" WHERE p.codename IN ({CODENAMES}) AND p.id = ANY(ARRAY("
+        f" WHERE p.codename {codenames} AND p.id = ANY(ARRAY("
         f"SELECT up.permission_id FROM {user_perms.db_table} up WHERE up.{user_column} = {user_id}"
         f" UNION ALL SELECT gp.permission_id FROM {group_perms.db_table} gp WHERE gp.group_id = ANY(ARRAY("
         f"SELECT ug.group_id FROM {user_groups.db_table} ug WHERE ug.{groups_user_column} = {user_id})))))"
