@@ -18,7 +18,11 @@ the direct one, and a table gives each path's rate through the pooler as a fract
 
 Every answer counted must be a 2xx and every job counted a committed row (checked per run in
 the database). wrk's CPU time is reported beside each figure: on a 2-core machine the client
-shares the CPUs with the server and PostgreSQL. Prints a Markdown table; exits 1 on a mismatch.
+shares the CPUs with the server and PostgreSQL. The server's CPU per request (gunicorn's process
+tree and every PostgreSQL and PgBouncer process, read from /proc around each turn; the database's
+share apart) is reported for the insert view and the API: a cost that time stolen by other
+guests of the machine moves far less than it moves requests per second. Prints a Markdown table;
+exits 1 on a mismatch.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
+from bench import proccpu  # noqa: E402
 from reliableq.models import Job  # noqa: E402
 from testproject import accounts, dburl, pgbouncer, processes  # noqa: E402
 
@@ -79,6 +84,11 @@ class Run:
     p50_ms: float
     p99_ms: float
     client_cpu: float  # wrk's CPU seconds per wall second
+    server_cpu: float = 0.0  # CPU seconds of gunicorn and the database processes during the run
+    database_cpu: float = 0.0  # of which the database processes' (PostgreSQL, PgBouncer)
+
+    def cpu_ms_per_request(self, part: float | None = None) -> float:
+        return 1000 * (self.server_cpu if part is None else part) / max(1, self.requests - self.errors)
 
     def rate(self, jobs_per_request: int) -> float:
         return (self.requests - self.errors) * max(jobs_per_request, 1) / self.seconds
@@ -98,13 +108,14 @@ class Series:
         return f"{self.median():,.0f} ({min(self.rates):,.0f}-{max(self.rates):,.0f})"
 
 
-def wrk(path: Target, *, connections: int, seconds: float, folder: Path) -> Run:
+def wrk(path: Target, *, connections: int, seconds: float, folder: Path, meter: proccpu.Meter | None = None) -> Run:
     script = folder / f"{uuid.uuid4().hex}.lua"
     lines = ['wrk.method = "POST"', f"wrk.body = {json.dumps(path.body)}"]
     lines += [f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in path.headers.items()]
     script.write_text("\n".join(lines) + "\n" + DONE_LUA)
     threads = min(connections, 2)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    app_before, database_before = meter.read() if meter else (0.0, 0.0)
     began = time.monotonic()
     out = subprocess.run(
         ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s", "--timeout", "10s",
@@ -112,12 +123,15 @@ def wrk(path: Target, *, connections: int, seconds: float, folder: Path) -> Run:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     wall = time.monotonic() - began
+    app_after, database_after = meter.read() if meter else (0.0, 0.0)
+    database_cpu = database_after - database_before
+    server_cpu = app_after - app_before + database_cpu
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
     requests, micros, errors, p50, p99, _ = (int(x) for x in line.split()[1:])
     return Run(requests=requests, seconds=micros / 1e6, errors=errors, p50_ms=p50 / 1000, p99_ms=p99 / 1000,
-               client_cpu=cpu / wall)  # fmt: skip
+               client_cpu=cpu / wall, server_cpu=server_cpu, database_cpu=database_cpu)  # fmt: skip
 
 
 def _settle(queue: str) -> int:
@@ -160,6 +174,19 @@ def _ratio_cell(top: Series, bottom: Series) -> str:
     return cell + (f" ({min(pairs):.0%}-{max(pairs):.0%})" if len(pairs) > 1 else "")
 
 
+def _cpu_series(series: Series) -> Series:
+    return Series(runs=series.runs, rates=[run.cpu_ms_per_request() for run in series.runs])
+
+
+def _cpu_cell(series: Series) -> str:
+    """Milliseconds of gunicorn and database CPU per request (median, range of the repetitions),
+    and the database's share of the median repetition."""
+    cpu = _cpu_series(series).rates
+    middle = series.runs[cpu.index(statistics.median_low(cpu))]
+    database = middle.cpu_ms_per_request(middle.database_cpu)
+    return f"{statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) ms, database {database:.2f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", default="1,4,16")
@@ -199,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="bench-http-"))
     systems: list[System] = []
     bouncer: pgbouncer.PgBouncer | None = None
+    meter: proccpu.Meter | None = None
     try:
         urls = [("direct", dburl.build(connection.settings_dict))]
         if args.pooler:
@@ -215,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             systems.append(System(name, f"http://127.0.0.1:{port}", server))
         for system in systems:
             processes.wait_http(f"{system.base}/v1/schema", timeout=60, process=system.server)
+        meter = proccpu.Meter([system.server.pid for system in systems]) if proccpu.available() else None
         for c in counts:
             for rep in range(args.reps):
                 # Each (system, path) writes a queue of its own, so that its rows can be counted at the end.
@@ -234,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                     # from elsewhere then falls on all of them alike, not on whichever ran at that moment.
                     for p, s in turns:
                         target = paths(systems[s].base, token, queue(s, p), args.batch)[p]
-                        runs[(p, s)].append(wrk(target, connections=c, seconds=slice_seconds, folder=folder))
+                        runs[(p, s)].append(
+                            wrk(target, connections=c, seconds=slice_seconds, folder=folder, meter=meter)
+                        )
                         if bouncer is not None and s == 1:
                             pool_peak = max(pool_peak, bouncer.server_connections())
                 for (p, s), done in runs.items():
@@ -243,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                         requests=sum(r.requests for r in done), seconds=sum(r.seconds for r in done),
                         errors=sum(r.errors for r in done), p50_ms=statistics.median(r.p50_ms for r in done),
                         p99_ms=max(r.p99_ms for r in done), client_cpu=statistics.mean(r.client_cpu for r in done),
+                        server_cpu=sum(r.server_cpu for r in done), database_cpu=sum(r.database_cpu for r in done),
                     )  # fmt: skip
                     label = f"{names[p]}{'' if s == 0 else ' via ' + systems[s].name}"
                     made = _settle(queue(s, p)) if per else 0
@@ -257,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                     series.runs.append(run)
                     series.rates.append(run.rate(per))
                     print(f"  {label:60} c={c:<3} rep {rep + 1}: {series.rates[-1]:10,.0f}/s  "
-                          f"p99 {run.p99_ms:.1f} ms  wrk cpu {run.client_cpu:.2f}", file=sys.stderr)  # fmt: skip
+                          f"p99 {run.p99_ms:.1f} ms  server cpu {run.cpu_ms_per_request():.2f} ms/req  "
+                          f"wrk cpu {run.client_cpu:.2f}", file=sys.stderr)  # fmt: skip
     finally:
         for system in systems:
             processes.stop(system.server)
@@ -290,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | " + " | ".join(cells) + " |")
         ratios = [_ratio_cell(results[(system.name, api, c)], results[(system.name, insert, c)]) for c in counts]
         print("| POST /v1/jobs / insert view (repetitions) | " + " | ".join(ratios) + " |")
+        if meter is not None:
+            for name in (insert, api):
+                cells = [_cpu_cell(results[(system.name, name, c)]) for c in counts]
+                print(f"| server CPU per request, {name} | " + " | ".join(cells) + " |")
+            cells = [_ratio_cell(*(_cpu_series(results[(system.name, n, c)]) for n in (insert, api))) for c in counts]
+            print("| insert view / POST /v1/jobs, server CPU per request | " + " | ".join(cells) + " |")
         print("| wrk CPU (s per s), API run | " + " | ".join(
             f"{statistics.median(r.client_cpu for r in results[(system.name, api, c)].runs):.2f}" for c in counts
         ) + " |")  # fmt: skip

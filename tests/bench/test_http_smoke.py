@@ -5,6 +5,7 @@ pooler on at most its pool of server connections. No speed is asserted."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,5 +44,9 @@ def test_http_bench_with_the_pooler_runs_green_and_reports_both(db_url: str) -> 
     assert "**direct**" in out and "**PgBouncer (transaction, pool 4)**" in out, out
     assert out.count("| POST /v1/jobs / insert view (repetitions) |") == 2, out
     assert "Through PgBouncer (transaction, pool 4) / direct" in out, out
+    # Server CPU per request, measured beside each rate: gunicorn's and the database's, never nothing.
+    cpu = [float(ms) for ms in re.findall(r"\| server CPU per request, POST /v1/jobs \| ([\d.]+) \(", out)]
+    assert len(cpu) == 2 and all(ms > 0 for ms in cpu), out
+    assert out.count("| insert view / POST /v1/jobs, server CPU per request |") == 2, out
     assert "Every counted answer was a 2xx and every counted job is a committed row." in out, out
     assert not Job.objects.filter(queue__startswith="bench-http-").exists(), "the bench removes its rows"
