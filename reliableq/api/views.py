@@ -126,7 +126,7 @@ class JobListView(BaseAPIView):
             [documents.job(j, j.attempt_set.all(), tracebacks=tracebacks) for j in page or []]
         )
 
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         sub = _submission(request.data)
         key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None  # (request.headers copies every header first)
         try:
