@@ -31,7 +31,8 @@ CHECKED = (
 )  # fmt: skip
 _CACHE = "_reliableq_perms"
 # Written into held_sql as literals: a list parameter costs more to adapt than the statement to run.
-CODENAMES = ", ".join(f"'{codename}'" for codename in sorted({perm.split(".", 1)[1] for perm in CHECKED}))
+CODENAME_LIST = sorted({perm.split(".", 1)[1] for perm in CHECKED})
+CODENAMES = ", ".join(f"'{codename}'" for codename in CODENAME_LIST)
 
 
 def holds(user: Any, perm: str) -> bool:

@@ -29,7 +29,7 @@ from . import permissions
 NAME = "reliableq_token_user"
 SIGNATURE = f"{NAME}(text, text[])"
 # The codenames of permissions.CHECKED, passed on each call: a new permission needs no new function.
-_CODENAMES = "{" + ",".join(sorted({perm.split(".", 1)[1] for perm in permissions.CHECKED})) + "}"
+_CODENAMES = "{" + ",".join(permissions.CODENAME_LIST) + "}"
 CALL = f"SELECT (f.token_user).*, f.held FROM {NAME}(%s, '{_CODENAMES}'::text[]) f"
 
 # (alias, database name, user model) -> where each concrete field of the user model sits in the
