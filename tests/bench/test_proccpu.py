@@ -19,8 +19,13 @@ BURN = "import time\nend = time.process_time() + 2.0\nwhile time.process_time() 
 def test_a_busy_child_is_counted_under_its_root_and_an_idle_one_is_not():
     parent = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BURN!r}])"
     busy = subprocess.Popen([sys.executable, "-c", parent])
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    # The idle child says when it has started: its start-up (imports, a coverage tracer under CI)
+    # costs CPU, and the window below must hold only its sleep.
+    idle = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE
+    )
     try:
+        assert idle.stdout is not None and idle.stdout.readline() == b"ready\n"
         busy_meter, idle_meter = proccpu.Meter([busy.pid]), proccpu.Meter([idle.pid])
         (busy_before, _), (idle_before, _) = busy_meter.read(), idle_meter.read()
         deadline = time.monotonic() + 20
@@ -31,4 +36,4 @@ def test_a_busy_child_is_counted_under_its_root_and_an_idle_one_is_not():
     finally:
         busy.wait(timeout=20)
         idle.kill()
-        idle.wait()
+        idle.communicate()
