@@ -13,7 +13,19 @@ import os
 from pathlib import Path
 
 DATABASE_PROCESSES = frozenset({"postgres", "pgbouncer"})
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(raw: str) -> tuple[str, int, float]:
+    """(name, parent pid, user + system CPU seconds) from the text of /proc/<pid>/stat."""
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return name, int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (OSError once it is gone)."""
+    return _stat(Path(f"/proc/{pid}/stat").read_text())[2]
 
 
 def _processes() -> dict[int, tuple[str, int, float]]:
@@ -23,12 +35,9 @@ def _processes() -> dict[int, tuple[str, int, float]]:
         if not entry.name.isdigit():
             continue
         try:
-            raw = (entry / "stat").read_text()
+            found[int(entry.name)] = _stat((entry / "stat").read_text())
         except OSError:  # gone, or not ours to read
             continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2 :].split()
-        found[int(entry.name)] = (name, int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
     return found
 
 

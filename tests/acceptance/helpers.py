@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -49,13 +48,6 @@ def max_in_flight(intervals: Iterable[tuple[dt.datetime, dt.datetime]]) -> int:
         current += delta
         best = max(best, current)
     return best
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time the process has used so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def owner_of(job_id: uuid.UUID, status: str = "RUNNING") -> Callable[[], str]:

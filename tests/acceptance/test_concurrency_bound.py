@@ -15,11 +15,12 @@ import time
 import pytest
 
 import reliableq
+from bench.proccpu import cpu_seconds
 from reliableq import db
 from reliableq.models import Attempt, JobStatus, Outcome
 from tests.support import wait_until
 
-from .helpers import cpu_seconds, is_status, max_in_flight
+from .helpers import is_status, max_in_flight
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
