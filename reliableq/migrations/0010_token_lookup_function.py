@@ -8,6 +8,7 @@ release that changes the lookup replaces the function in a migration of its own.
 
 from django.apps import apps as installed
 from django.conf import settings
+from django.core.exceptions import FieldDoesNotExist
 from django.db import migrations
 
 
@@ -26,7 +27,7 @@ def create(apps, schema_editor):
     try:
         user_model._meta.get_field("user_permissions")
         user_model._meta.get_field("groups")
-    except Exception:  # a user model without PermissionsMixin: the lookup's permissions do not apply
+    except FieldDoesNotExist:  # a user model without PermissionsMixin: the lookup's permissions do not apply
         return
     schema_editor.execute(tokenfunction.create_sql(user_model, Token._meta.db_table))
     tokenfunction.forget()
