@@ -64,9 +64,10 @@ def test_without_a_key_the_site_generates_one_and_every_process_shares_it(tmp_pa
 
 
 def test_the_benchmarks_unauthenticated_views_are_not_served_by_default(site):
-    """testproject's /bench/insert makes jobs without a login: only a benchmark's server has it."""
+    """testproject's /bench/insert and /bench/drf-insert make jobs without a login: only a
+    benchmark's server has them."""
     import requests
 
-    for route in ("/bench/noop", "/bench/insert"):
+    for route in ("/bench/noop", "/bench/insert", "/bench/drf-insert"):
         answer = requests.post(site.url + route, json={"kind": "demo.noop", "payload": {}}, timeout=30)
         assert answer.status_code == 404, (route, answer.status_code)
