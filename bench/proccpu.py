@@ -3,8 +3,12 @@ shared machine's stolen or contended time moves far less than it moves requests 
 
 `Meter(roots)` counts the processes descending from `roots` (a gunicorn master and its workers)
 and every process named `postgres` or `pgbouncer` on the machine (the database side of the same
-requests; idle servers add next to nothing). A process that exits between two readings takes its
-CPU with it, so readings are taken around runs whose processes live on (persistent connections).
+requests; idle servers add next to nothing). A process that ends between two readings is gone
+from /proc, but its parent, once it has reaped it, carries its CPU in its reaped-children time
+(fields cutime and cstime): the readings add that time for every process they count, so an
+autovacuum worker or a backend that ends inside a run, or a gunicorn worker that is replaced, still
+counts. Lost, still: a process reaped by a parent outside the counted set, and one that ended
+unreaped (a zombie's own time is read while it lasts).
 """
 
 from __future__ import annotations
@@ -16,20 +20,29 @@ DATABASE_PROCESSES = frozenset({"postgres", "pgbouncer"})
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(raw: str) -> tuple[str, int, float]:
-    """(name, parent pid, user + system CPU seconds) from the text of /proc/<pid>/stat."""
+def _stat(raw: str) -> tuple[str, int, float, float]:
+    """(name, parent pid, own CPU seconds, reaped children's CPU seconds) from /proc/<pid>/stat's text.
+
+    Own: utime + stime. Reaped children's: cutime + cstime, the time of the children (and their
+    reaped descendants) the process has waited for.
+    """
     name = raw[raw.index("(") + 1 : raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2 :].split()
-    return name, int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+    return (
+        name,
+        int(fields[1]),
+        (int(fields[11]) + int(fields[12])) / _TICK,
+        (int(fields[13]) + int(fields[14])) / _TICK,
+    )
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process has used so far (OSError once it is gone)."""
+    """User + system CPU seconds the process itself has used so far (OSError once it is gone)."""
     return _stat(Path(f"/proc/{pid}/stat").read_text())[2]
 
 
-def _processes() -> dict[int, tuple[str, int, float]]:
-    """pid -> (name, parent pid, user + system CPU seconds) of every process readable now."""
+def _processes() -> dict[int, tuple[str, int, float, float]]:
+    """pid -> (name, parent pid, own CPU seconds, reaped children's CPU seconds) of every process readable now."""
     found: dict[int, tuple[str, int, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -46,17 +59,18 @@ class Meter:
         self.roots = set(roots)
 
     def read(self) -> tuple[float, float]:
-        """CPU seconds used so far by the roots' process trees, and by the database processes."""
+        """CPU seconds used so far by the roots' process trees, and by the database processes, each
+        with the time of the children they have reaped."""
         procs = _processes()
         app = database = 0.0
-        for pid, (name, _, cpu) in procs.items():
+        for pid, (name, _, own, reaped) in procs.items():
             if name in DATABASE_PROCESSES:
-                database += cpu
+                database += own + reaped
             elif self._under_roots(pid, procs):
-                app += cpu
+                app += own + reaped
         return app, database
 
-    def _under_roots(self, pid: int, procs: dict[int, tuple[str, int, float]]) -> bool:
+    def _under_roots(self, pid: int, procs: dict[int, tuple[str, int, float, float]]) -> bool:
         seen = 0
         while pid in procs and seen < 64:
             if pid in self.roots:

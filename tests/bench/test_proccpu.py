@@ -3,6 +3,7 @@ database's processes: a child that burns CPU shows up under its root, an idle on
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -37,3 +38,49 @@ def test_a_busy_child_is_counted_under_its_root_and_an_idle_one_is_not():
         busy.wait(timeout=20)
         idle.kill()
         idle.communicate()
+
+
+def test_a_child_that_exits_inside_the_window_keeps_its_cpu():
+    """A process that ends between two readings is gone from /proc; its CPU is then counted in its
+    parent's reaped-children time (a gunicorn worker's under the master, a PostgreSQL backend's
+    under the postmaster), so a reading never drops. (Seen first as negative CPU per request in
+    bench.http, when autovacuum workers ended inside a run.)"""
+    script = (
+        "import subprocess, sys, time\n"
+        "sys.stdin.readline()\n"
+        f"subprocess.run([sys.executable, '-c', {BURN!r}])\n"
+        "print('reaped', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        meter = proccpu.Meter([root.pid])
+        before, _ = meter.read()
+        assert root.stdin is not None and root.stdout is not None
+        root.stdin.write(b"go\n")
+        root.stdin.flush()
+        assert root.stdout.readline() == b"reaped\n"
+        after, _ = meter.read()
+        assert after - before > 1.5  # the child's 2 s burn, read after the child is gone
+    finally:
+        root.kill()
+        root.communicate()
+
+
+def test_a_database_session_that_ends_inside_the_window_keeps_its_cpu():
+    import psycopg
+    from django.db import connection
+
+    from testproject import dburl
+
+    meter = proccpu.Meter([])
+    _, before = meter.read()
+    with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        conn.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
+    deadline = time.monotonic() + 10
+    # The backend exits after the client closes and the postmaster reaps it: then it is gone from /proc.
+    while os.path.exists(f"/proc/{backend}"):
+        assert time.monotonic() < deadline, "the backend did not end"
+        time.sleep(0.02)
+    assert meter.read()[1] - before > 0.2
