@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 from . import core, findings, scenarios
 from .core import Summary
-from .profiles import PROFILES
+from .profiles import PROFILES, override
 
 # Importing bench.scenarios registers every scenario; it touches no settings, so this runs before Django is set up.
 SCENARIOS = scenarios.names()
@@ -55,12 +56,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", type=Path, default=core.DATA_DIR, help="the harness's own PostgreSQL data dir")
     parser.add_argument("--no-peers", action="store_true", help="skip procrastinate and django-tasks-db")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one of the profile's fields for this run (repeatable): --set xmin_rates=3000 "
+        "--set 'xmin_variants=none,idle in transaction'",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.no_peers:
         from dataclasses import replace
 
         profile = replace(profile, peers=False)
+    for assignment in args.set:
+        try:
+            profile = override(profile, assignment)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         # With what they need: the ceilings, for one, are stated as fractions of the throughput's fleet.
         only = [spec.name for spec in scenarios.select(s.strip() for s in args.only.split(",") if s.strip())]
@@ -80,6 +94,18 @@ def main(argv: list[str] | None = None) -> int:
 
         if embedded.started_here(args.data_dir):  # a server that was already running keeps running
             embedded.stop(args.data_dir)
+
+
+def _command(args: Any) -> str:
+    """The command line that repeats this run: its profile, subset, peers and every --set."""
+    words = ["python", "-m", "bench", "--profile", args.profile]
+    if args.only:
+        words += ["--only", args.only]
+    if args.no_peers:
+        words.append("--no-peers")
+    for assignment in args.set:
+        words += ["--set", assignment]
+    return shlex.join(words)
 
 
 def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out: Path, url: str) -> int:
@@ -133,7 +159,7 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
     targets = _targets(bench)
     header = [
         f"Profile **{profile.name}**, {dt.datetime.now():%Y-%m-%d %H:%M}, wall time {wall / 60:.1f} min. "
-        f'Reproduce: `python -m bench --profile {profile.name}` (after `pip install -e ".[bench]"`).',
+        f'Reproduce: `{_command(args)}` (after `pip install -e ".[bench]"`).',
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + f"; load average at the end {load}.",
         "",
@@ -153,6 +179,7 @@ def _run(args: Any, profile: Any, only: list[str], progress: core.Progress, out:
         json.dumps(
             {
                 "profile": profile.name,
+                "command": _command(args),
                 "wall_seconds": wall,
                 "machine": machine,
                 "gate_passed": gate.passed,

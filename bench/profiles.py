@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -141,3 +142,41 @@ PROFILES = {
         peers=True,
     ),
 }
+
+
+def override(profile: Profile, assignment: str) -> Profile:
+    """`profile` with one field set from `name=value` (the harness's --set): a number, a word, or
+    a comma-separated list for the tuple fields (`xmin_rates=3000`, `xmin_variants=none,idle in
+    transaction`, `pileup=0,1000000`). ValueError, in words, for an unknown field or a bad value."""
+    name, sep, text = assignment.partition("=")
+    name = name.strip()
+    fields = {f.name for f in dataclasses.fields(Profile)} - {"name"}
+    if not sep or name not in fields:
+        raise ValueError(f"--set takes name=value, the name one of: {', '.join(sorted(fields))}; got {assignment!r}")
+    current = getattr(profile, name)
+    try:
+        if isinstance(current, tuple):
+            kind = type(current[0]) if current else str
+            value: object = tuple(_read(kind, part.strip()) for part in text.split(",") if part.strip())
+            if len(current) == 3 and name == "xmin_phases" and len(value) != 3:  # type: ignore[arg-type]
+                raise ValueError("xmin_phases takes three numbers: baseline, held, after")
+        else:
+            value = _read(type(current), text.strip())
+    except ValueError as exc:
+        raise ValueError(f"--set {name}: {exc}") from None
+    return dataclasses.replace(profile, **{name: value})
+
+
+def _read(kind: type, text: str) -> object:
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{text!r} is not true or false")
+        return text.lower() in ("true", "1", "yes")
+    if kind is int:
+        number = float(text)  # 1e6 and 1_000_000 alike
+        if number != int(number):
+            raise ValueError(f"{text!r} is not a whole number")
+        return int(number)
+    if kind is float:
+        return float(text)
+    return text
