@@ -53,6 +53,7 @@ from django.db import connection  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
 from bench import proccpu  # noqa: E402
+from reliableq import db as queue_db  # noqa: E402
 from reliableq.models import Job  # noqa: E402
 from testproject import accounts, dburl, pgbouncer, processes  # noqa: E402
 
@@ -106,6 +107,19 @@ class Series:
         if len(self.rates) == 1:
             return f"{self.rates[0]:,.0f}"
         return f"{self.median():,.0f} ({min(self.rates):,.0f}-{max(self.rates):,.0f})"
+
+
+def _delete_jobs(queue_prefix: str) -> int:
+    """Delete the run's jobs (millions after a batch run) in three statements. The ORM's cascade
+    fetched every id and deleted the dependent rows in chunks of ids: minutes for two million jobs."""
+    jobs = Job._meta.db_table
+    dependents = [(rel.related_model._meta.db_table, rel.field.column) for rel in Job._meta.related_objects]
+    with queue_db.atomic(), queue_db.cursor() as cursor:
+        for table, column in dependents:
+            chosen = f"SELECT id FROM {jobs} WHERE queue LIKE %s"
+            cursor.execute(f"DELETE FROM {table} WHERE {column} IN ({chosen})", [f"{queue_prefix}%"])
+        cursor.execute(f"DELETE FROM {jobs} WHERE queue LIKE %s", [f"{queue_prefix}%"])
+        return cursor.rowcount
 
 
 def wrk(path: Target, *, connections: int, seconds: float, folder: Path, meter: proccpu.Meter | None = None) -> Run:
@@ -296,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             processes.stop(system.server)
         if bouncer is not None:
             bouncer.stop()
-        deleted, _ = Job.objects.filter(queue__startswith=f"bench-http-{run_id}").delete()
+        deleted = _delete_jobs(f"bench-http-{run_id}")
         Token.objects.filter(user=user).delete()
         user.delete()
         shutil.rmtree(folder, ignore_errors=True)
