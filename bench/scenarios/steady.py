@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -71,6 +72,16 @@ def finished_by(began: float) -> Callable[[float], int]:
             [began, began],
         )
         rows = cursor.fetchall()
+    return counter(rows)
+
+
+def counter(rows: list[tuple[int, int]]) -> Callable[[float], int]:
+    """C(t) from (tenth of a second since the start, jobs finished in it), in order of the tenth.
+
+    Within the tenth that holds t, the jobs are counted in proportion to the part of it before t:
+    counting the whole tenth put up to a tenth of a second of completions ahead of the enqueuer
+    (at 3,000 jobs/s the xmin report showed a backlog of -270), and leaving it out as far behind.
+    """
     tenths = [t for t, _ in rows]
     cumulative = []
     total = 0
@@ -79,7 +90,11 @@ def finished_by(began: float) -> Callable[[float], int]:
         cumulative.append(total)
 
     def count(at: float) -> int:
-        i = bisect.bisect_left(tenths, at * 10)  # the tenths strictly before `at`
-        return cumulative[i - 1] if i else 0
+        tenth = math.floor(at * 10)
+        i = bisect.bisect_left(tenths, tenth)  # the tenths wholly before `at`
+        before = cumulative[i - 1] if i else 0
+        if i < len(tenths) and tenths[i] == tenth:
+            return before + round((cumulative[i] - before) * (at * 10 - tenth))
+        return before
 
     return count
