@@ -46,7 +46,7 @@ GOAL_RECOVERY = 60.0
 @dataclass
 class Sample:
     at: float  # seconds since the run's start
-    enqueued: int  # cumulative
+    enqueued: int  # cumulative, by created_at, filled in after the drain
     completed: int  # cumulative, by finished_at, filled in after the drain
     dead_tuples: int
     horizon_age: float
@@ -228,7 +228,7 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
                     """
                 )
                 done = int(_one(checkpoints)[0]) - first_checkpoint
-                samples.append(Sample(at, enqueuer.count, 0, int(dead), float(age), done))
+                samples.append(Sample(at, 0, 0, int(dead), float(age), done))
                 procs.check_alive()
                 time.sleep(max(0.0, 1.0 - (time.time() - now)))
         finally:
@@ -239,9 +239,11 @@ def _run(bench: Bench, rate: float, variant: str, fp: int, fc: int) -> tuple[lis
         wait_for(
             lambda: bench.rq.unfinished() == 0, timeout=max(120.0, enqueued / 500), interval=0.5, what=f"{tag} to drain"
         )
-    finished = steady.finished_by(began)  # now that every finish has committed
+    # Now that every finish has committed; both counts on the database's clock (steady.created_by).
+    finished, created = steady.finished_by(began), steady.created_by(began)
     for sample in samples:
         sample.completed = finished(sample.at)
+        sample.enqueued = created(sample.at)
     o = bench.rq.outcome()
     bench.gate_outcome(tag, o, n=enqueued, attempts=enqueued)
     bench.gate.check(
