@@ -38,8 +38,8 @@ def test_every_layout_runs_and_its_wal_is_split_by_relation(tmp_path: Path) -> N
         embedded.stop(data_dir)
     assert result.returncode == 0, result.stderr[-4000:]
     out = result.stdout
-    rows = dict(re.findall(r"^\| (today|today, no listings|narrow) \| ([\d,]+) \|", out, re.M))
-    assert set(rows) == {"today", "today, no listings", "narrow"}, out
+    rows = dict(re.findall(r"^\| (today|today, no listings|narrow|history in the row) \| ([\d,]+) \|", out, re.M))
+    assert set(rows) == {"today", "today, no listings", "narrow", "history in the row"}, out
     assert all(int(v.replace(",", "")) > 0 for v in rows.values())
 
     def index_records(layout: str) -> float:
@@ -51,3 +51,5 @@ def test_every_layout_runs_and_its_wal_is_split_by_relation(tmp_path: Path) -> N
     # Every listing index is written at each of a job's three versions today, once in the narrow layout.
     assert index_records("narrow") < index_records("today")
     assert index_records("today, no listings") < index_records("today")
+    # With no attempt table and the claim out of the job's row, fewer index records than narrow.
+    assert index_records("history in the row") < index_records("narrow")
