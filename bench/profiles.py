@@ -150,7 +150,8 @@ def override(profile: Profile, assignment: str) -> Profile:
     transaction`, `pileup=0,1000000`). ValueError, in words, for an unknown field or a bad value."""
     name, sep, text = assignment.partition("=")
     name = name.strip()
-    fields = {f.name for f in dataclasses.fields(Profile)} - {"name"}
+    fields = {f.name: str(f.type) for f in dataclasses.fields(Profile)}
+    fields.pop("name")
     if not sep or name not in fields:
         raise ValueError(f"--set takes name=value, the name one of: {', '.join(sorted(fields))}; got {assignment!r}")
     current = getattr(profile, name)
@@ -158,8 +159,9 @@ def override(profile: Profile, assignment: str) -> Profile:
         if isinstance(current, tuple):
             kind = type(current[0]) if current else str
             value: object = tuple(_read(kind, part.strip()) for part in text.split(",") if part.strip())
-            if len(current) == 3 and name == "xmin_phases" and len(value) != 3:  # type: ignore[arg-type]
-                raise ValueError("xmin_phases takes three numbers: baseline, held, after")
+            # tuple[int, int] (fleet, pooler, xmin_phases) has a fixed length; tuple[int, ...] does not.
+            if "..." not in fields[name] and len(value) != len(current):  # type: ignore[arg-type]
+                raise ValueError(f"takes {len(current)} comma-separated values ({fields[name]})")
         else:
             value = _read(type(current), text.strip())
     except ValueError as exc:

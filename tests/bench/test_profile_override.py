@@ -16,10 +16,12 @@ def test_a_tuple_a_number_and_a_flag_are_read_in_their_fields_types():
     changed = override(changed, "soak_seconds=90")
     changed = override(changed, "reps=1")
     changed = override(changed, "peers=false")
+    changed = override(changed, "fleet=4,8")
     assert changed.xmin_rates == (3000,)
     assert changed.xmin_variants == ("none", "idle in transaction")
     assert changed.pileup == (0, 1_000_000)
     assert changed.soak_seconds == 90.0 and changed.reps == 1 and changed.peers is False
+    assert changed.fleet == (4, 8)
     assert quick.xmin_rates == (800, 3000)  # the profile itself is untouched
 
 
@@ -32,7 +34,8 @@ def test_a_tuple_a_number_and_a_flag_are_read_in_their_fields_types():
         ("reps=two", "--set reps"),
         ("reps=1.5", "not a whole number"),
         ("peers=maybe", "not true or false"),
-        ("xmin_phases=1,2", "three numbers"),
+        ("xmin_phases=1,2", "takes 3 comma-separated values"),
+        ("fleet=2", "takes 2 comma-separated values"),
     ],
 )
 def test_a_bad_assignment_is_refused_in_words(assignment, says):
