@@ -23,9 +23,10 @@ The layouts:
   row written once, when the attempt ends;
 - history in the row: the narrow layout with the claim kept out of the job's row (the lease row
   alone says a job runs) and no attempt table: the finish appends the attempt to a jsonb history
-  in the job's row, one HOT update per job. The leanest layout that still keeps the admin's lists
-  and every attempt's record; what it would cost elsewhere (the history read from a document, a
-  running job's state from the lease table, the attempts' own listing gone) is not measured.
+  in the job's row, one update per job (HOT while the grown row still fits its page). The
+  leanest layout that still keeps the admin's lists and every attempt's record; what it would
+  cost elsewhere (the history read from a document, a running job's state from the lease table,
+  the attempts' own listing gone) is not measured.
 
 The job and attempt rows carry the same columns in every layout. What a layout would give up is
 said in the report, not measured here (renewals, rescues and retries are not run: no-op jobs
@@ -122,6 +123,13 @@ def _today(name: str, drop: tuple[str, ...] = ()) -> Layout:
     return Layout(name, COPIED, insert, TODAY_CLAIM, TODAY_FINISH, TODAY_RETAIN, drop)
 
 
+# Both ready-table layouts' claim starts so: 16 due rows taken out of the ready table.
+READY_PICK = f"""WITH picked AS MATERIALIZED (
+        SELECT ctid, id FROM {S}.ready WHERE queue = 'default' AND run_at <= now()
+         ORDER BY priority, run_at, id LIMIT 16 FOR UPDATE SKIP LOCKED
+    ),
+    taken AS (DELETE FROM {S}.ready r WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked)))"""
+
 NARROW = Layout(
     "narrow",
     [
@@ -144,11 +152,7 @@ NARROW = Layout(
     INSERT INTO {S}.ready SELECT id, queue, priority, run_at FROM j
     """,
     f"""
-    WITH picked AS MATERIALIZED (
-        SELECT ctid, id FROM {S}.ready WHERE queue = 'default' AND run_at <= now()
-         ORDER BY priority, run_at, id LIMIT 16 FOR UPDATE SKIP LOCKED
-    ),
-    taken AS (DELETE FROM {S}.ready r WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked))),
+    {READY_PICK},
     claimed AS (
         UPDATE {S}.job j SET status = 'RUNNING', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
                worker_id = 'w1', updated_at = now()
@@ -190,11 +194,7 @@ HISTORY_IN_ROW = Layout(
     ],
     NARROW.enqueue,
     f"""
-    WITH picked AS MATERIALIZED (
-        SELECT ctid, id FROM {S}.ready WHERE queue = 'default' AND run_at <= now()
-         ORDER BY priority, run_at, id LIMIT 16 FOR UPDATE SKIP LOCKED
-    ),
-    taken AS (DELETE FROM {S}.ready r WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM picked)))
+    {READY_PICK}
     INSERT INTO {S}.lease SELECT id, gen_random_uuid(), now() + interval '30 s', 'w1' FROM picked
     RETURNING id, token
     """,
