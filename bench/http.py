@@ -114,9 +114,9 @@ def _delete_jobs(queue_prefix: str) -> int:
     fetched every id and deleted the dependent rows in chunks of ids: minutes for two million jobs."""
     jobs = Job._meta.db_table
     dependents = [(rel.related_model._meta.db_table, rel.field.column) for rel in Job._meta.related_objects]
+    chosen = f"SELECT id FROM {jobs} WHERE queue LIKE %s"
     with queue_db.atomic(), queue_db.cursor() as cursor:
         for table, column in dependents:
-            chosen = f"SELECT id FROM {jobs} WHERE queue LIKE %s"
             cursor.execute(f"DELETE FROM {table} WHERE {column} IN ({chosen})", [f"{queue_prefix}%"])
         cursor.execute(f"DELETE FROM {jobs} WHERE queue LIKE %s", [f"{queue_prefix}%"])
         return cursor.rowcount

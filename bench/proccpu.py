@@ -43,7 +43,7 @@ def cpu_seconds(pid: int) -> float:
 
 def _processes() -> dict[int, tuple[str, int, float, float]]:
     """pid -> (name, parent pid, own CPU seconds, reaped children's CPU seconds) of every process readable now."""
-    found: dict[int, tuple[str, int, float]] = {}
+    found: dict[int, tuple[str, int, float, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -90,11 +90,11 @@ def _count_by(column: str, began: float) -> Callable[[float], int]:
 
 
 def counter(rows: list[tuple[int, int]]) -> Callable[[float], int]:
-    """C(t) from (tenth of a second since the start, jobs finished in it), in order of the tenth.
+    """C(t) from (tenth of a second since the start, jobs counted in it), in order of the tenth.
 
     Within the tenth that holds t, the jobs are counted in proportion to the part of it before t:
-    counting the whole tenth put up to a tenth of a second of completions ahead of the enqueuer
-    and leaving it out as far behind.
+    counting the whole tenth put up to a tenth of a second of jobs ahead of t, and leaving it out
+    as far behind.
     """
     tenths = [t for t, _ in rows]
     cumulative = []
