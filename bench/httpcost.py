@@ -23,14 +23,17 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-os.environ["TESTPROJECT_BENCH_VIEWS"] = "1"
+BENCH_KEY = os.environ.setdefault("TESTPROJECT_BENCH_VIEWS", secrets.token_hex(20))
 os.environ.setdefault("TESTPROJECT_SUBMIT_RATE", "1000000000/s")
+os.environ.setdefault("RELIABLEQ_HTTP_QUEUES", '["*"]')
+os.environ.setdefault("RELIABLEQ_MAX_PENDING_PER_SUBMITTER", "None")
 
 QUEUE = "bench-httpcost"
 USER = "bench-httpcost"
@@ -73,6 +76,8 @@ def _inner(path: str, count: int) -> None:
         }  # fmt: skip
         if path == "api":
             environ["HTTP_AUTHORIZATION"] = f"Token {token}"
+        else:
+            environ["HTTP_X_BENCH_KEY"] = BENCH_KEY
         status: list[str] = []
         answer = handler(environ, lambda code, headers, status=status: status.append(code))
         b"".join(answer)

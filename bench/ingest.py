@@ -188,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     token = Token.objects.create(user=user).key
     port = processes.free_port()
     log_path = Path(os.environ.get("BENCH_LOG", f"/tmp/{prefix}-gunicorn.log"))
-    env = processes.child_env(DATABASE_URL=dburl.build(connection.settings_dict))
+    env = processes.child_env(
+        DATABASE_URL=dburl.build(connection.settings_dict), TESTPROJECT_SUBMIT_RATE="1000000000/s",
+        RELIABLEQ_HTTP_QUEUES='["*"]', RELIABLEQ_MAX_PENDING_PER_SUBMITTER="None",
+    )  # fmt: skip
     server: subprocess.Popen[bytes] | None = None
     results: list[Result] = []
     mismatches: list[str] = []

@@ -133,7 +133,10 @@ class ReliableQ(System):
         for tries_left in range(4, -1, -1):
             try:
                 with transaction.atomic():
-                    _exec("TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_ratewindow")
+                    _exec(
+                        "TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, "
+                        "reliableq_ratewindow"
+                    )
                 return
             except DatabaseError as error:
                 if tries_left == 0 or getattr(error.__cause__, "sqlstate", None) != "40P01":

@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from reliableq.admin import register_effect_link
+from reliableq.admin import RefusesNul, register_effect_link
 from reliableq.models import Job
 
 from .models import Charge
@@ -25,7 +25,7 @@ register_effect_link("charge", charge_link)
 
 
 @admin.register(Charge)
-class ChargeAdmin(admin.ModelAdmin):
+class ChargeAdmin(RefusesNul, admin.ModelAdmin):
     list_display = ["id", "idempotency_key", "amount", "currency", "description", "created_at"]
     search_fields = ["=idempotency_key"]
     search_help_text = "An idempotency key, exactly (reliableq:charge:<job id> for the charge job)."

@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from .models import Charge
 
-CURRENCY = re.compile(r"^[A-Za-z]{3}$")
+CURRENCY = re.compile(r"\A[A-Za-z]{3}\Z")  # \Z: "$" would take "EUR\n"
 MAX_AMOUNT = 10**12  # minor units; BIGINT holds far more, but no sane charge is larger
 
 

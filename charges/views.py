@@ -10,6 +10,7 @@ from rest_framework.response import Response
 
 from reliableq.api.base import BaseAPIView, requires
 from reliableq.api.problems import Conflict, ServiceUnavailable, problem
+from reliableq.api.throttles import WindowThrottle
 
 from . import faults, services
 from .models import Charge, ChargeRequest
@@ -18,25 +19,24 @@ from .serializers import ChargeRequestSerializer, ChargeSerializer
 MAX_KEY = 255
 
 
+class ChargeThrottle(WindowThrottle):
+    """Charges per account (the charge job's service account), scope `charges`."""
+
+    scope = "charges"
+    default_rate = "300/s"
+
+
 class ChargeListView(BaseAPIView):
     """Making charges is a permission of its own (charges.add_charge): the charge job's service
     account holds it, a user who may submit jobs does not, so nobody can pre-empt a job's charge
     by sending its effect key first."""
 
     permission_classes = [*BaseAPIView.permission_classes, requires("charges.add_charge")]
+    throttle_classes = [ChargeThrottle]
 
     def post(self, request: Request) -> Response:
         key = request.headers.get("Idempotency-Key", "")
-        knob = faults.current()
-        fault = ""
-        if knob is not None and faults.roll(knob.unavailable_rate):
-            fault = "unavailable"
-        # Written first, in its own commit: H counts every request that reached us.
-        # (NUL cannot be stored in a text column: the record gets a visible stand-in, the request a 400.)
-        received = ChargeRequest.objects.create(idempotency_key=key[:MAX_KEY].replace("\x00", "\\0"), fault=fault)
-        faults.delay(knob)
-        if fault:
-            raise ServiceUnavailable("Injected fault: the charge service is unavailable.")
+        # A request without a usable key is refused before anything is written: no row for it.
         if not key:
             return problem(400, "The Idempotency-Key header is required.", code="idempotency_key_missing")
         if len(key) > MAX_KEY:
@@ -47,6 +47,15 @@ class ChargeListView(BaseAPIView):
             return problem(
                 400, "The Idempotency-Key header cannot contain NUL characters.", code="idempotency_key_invalid"
             )
+        knob = faults.current()
+        fault = ""
+        if knob is not None and faults.roll(knob.unavailable_rate):
+            fault = "unavailable"
+        # Written before the body is read, in its own commit: H counts every keyed request that reached us.
+        received = ChargeRequest.objects.create(idempotency_key=key, fault=fault)
+        faults.delay(knob)
+        if fault:
+            raise ServiceUnavailable("Injected fault: the charge service is unavailable.")
         body = ChargeRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:

@@ -29,6 +29,12 @@ DEFAULTS: dict[str, Any] = {
     # Finished jobs older than this (per status; None keeps them) are deleted by the maintenance leader.
     "RETENTION_SECONDS": {"SUCCEEDED": 86400, "CANCELLED": 86400, "DEAD": 2592000},
     "RETENTION_INTERVAL_SECONDS": 60.0,  # how often the leader deletes a batch of each status
+    # The queues an HTTP submitter may name (POST /v1/jobs and the batch); ["*"] allows any well-formed name.
+    "HTTP_QUEUES": ["default"],
+    # The most unfinished jobs one HTTP submitter may hold at once (429 past it); None: no bound.
+    "MAX_PENDING_PER_SUBMITTER": 100_000,
+    # /v1/metrics and the dashboard's figures are computed at most this often per process (0: every time).
+    "STATS_CACHE_SECONDS": 5.0,
 }
 
 

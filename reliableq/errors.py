@@ -69,3 +69,19 @@ class WrongStatus(ReliableQError):
         self.job = job
         self.needed = needed
         super().__init__(message or f"Job {job.id} is {job.status}; this needs a {needed} job.")
+
+
+class TooManyUnfinished(ReliableQError):
+    """The submitter already holds RELIABLEQ["MAX_PENDING_PER_SUBMITTER"] unfinished jobs (the API answers 429)."""
+
+    def __init__(self, held: int, limit: int, adding: int = 1) -> None:
+        self.held = held
+        self.limit = limit
+        super().__init__(
+            f"You hold {held} unfinished job(s); adding {adding} would pass the limit of {limit} "
+            "(MAX_PENDING_PER_SUBMITTER). Submit more once some have finished."
+        )
+
+
+class KeyConflict(ReliableQError):
+    """An Idempotency-Key was used before with another body (the API answers 409)."""

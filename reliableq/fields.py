@@ -24,3 +24,10 @@ class IntegerArrayField(models.Field):
 
     def db_type(self, connection: Any) -> str:
         return "integer[]"
+
+
+class UUIDArrayField(models.Field):
+    description = "An array of uuid"
+
+    def db_type(self, connection: Any) -> str:
+        return "uuid[]"

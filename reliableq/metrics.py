@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from . import db, horizon, stats
 from .models import Attempt, Job, JobStatus, Outcome
 
+MAX_QUEUE_SERIES = 100
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -70,9 +71,17 @@ class QueueCollector(Collector):
         paused = GaugeMetricFamily(
             "reliableq_queue_paused", "1 while the queue is paused (no claims), else 0.", labels=["queue"]
         )
-        for queue in stats.queue_summaries():
+        # Per-queue series for the first MAX_QUEUE_SERIES queues by name: a label per queue name,
+        # whatever the table holds, would let the number of names decide the scrape's size.
+        listed, more = stats.queue_page(limit=MAX_QUEUE_SERIES)
+        for queue in listed:
             paused.add_metric([queue.name], 1 if queue.paused else 0)
         yield paused
+        yield GaugeMetricFamily(
+            "reliableq_queue_series_truncated",
+            f"1 when more queues exist than the {MAX_QUEUE_SERIES} given per-queue series (see GET /v1/queues).",
+            value=1 if more is not None else 0,
+        )
         outcomes = attempts_by_outcome()
         attempts = CounterMetricFamily("reliableq_attempts", "Attempts by outcome.", labels=["outcome"])
         for outcome, n in outcomes.items():

@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from . import db, ids
-from .fields import BigIntegerArrayField, IntegerArrayField
+from .fields import BigIntegerArrayField, IntegerArrayField, UUIDArrayField
 
 
 class JobStatus(models.TextChoices):
@@ -33,6 +33,7 @@ class Outcome(models.TextChoices):
 
 
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+UNFINISHED = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
 _M = TypeVar("_M", bound=models.Model)
@@ -154,6 +155,13 @@ class Job(models.Model):
                 condition=Q(finished_at__isnull=False),
                 name="reliableq_job_finished",
             ),
+            # MAX_PENDING_PER_SUBMITTER: an HTTP submitter's unfinished jobs, counted at each submission.
+            # Only jobs submitted over HTTP enter it (code's scope is ""), so the worker's rows never do.
+            models.Index(
+                fields=["dedupe_scope"],
+                condition=Q(status__in=["PENDING", "RUNNING"]) & ~Q(dedupe_scope=""),
+                name="reliableq_job_submitter_open",
+            ),
         ]
         constraints = [
             # Only keyed jobs enter it: an index entry per version of every keyless job (most of them)
@@ -228,6 +236,24 @@ class ReturnValue(models.Model):
 
     def __str__(self) -> str:
         return f"return value of {self.job_id}"
+
+
+class BatchKey(models.Model):
+    """An Idempotency-Key sent with POST /v1/jobs/batch: the batch's body and its jobs, in order.
+
+    The key itself is the dedupe_key of the batch's first job, so the unique constraint that
+    guards single submissions guards batches too (and a key used for one cannot be used for the
+    other); this row says which body made the batch and which jobs it made. Pruned with that job.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="batch_key")
+    fingerprint = models.CharField(max_length=64)  # sha256 of the batch's jobs as canonical JSON
+    job_ids = UUIDArrayField()
+
+    objects = QueueManager["BatchKey"]()
+
+    def __str__(self) -> str:
+        return f"batch of {len(self.job_ids)} job(s) from {self.job_id}"
 
 
 class QueueDashboard(Job):

@@ -19,8 +19,10 @@ from django.utils.dateparse import parse_datetime
 from .conf import reliableq_settings
 from .errors import InvalidJob
 
+# For the OpenAPI document (ECMA regex, where "$" ends the text). Python's "$" also matches before
+# a final newline ("default\n"), so Python checks with \A...\Z and fullmatch.
 QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
-QUEUE = re.compile(QUEUE_PATTERN)
+QUEUE = re.compile(r"\A[A-Za-z0-9_.:-]{1,100}\Z")
 QUEUE_HELP = "a non-empty name of at most 100 characters: letters, digits and _.:- only"
 PRIORITY_RANGE = (-1000, 1000)  # lower runs first
 MAX_ATTEMPTS_RANGE = (1, 100)
@@ -36,8 +38,38 @@ class PayloadTooLarge(InvalidJob):
 
 
 def queue_name(value: Any, *, field: str = "queue") -> str:
-    if not isinstance(value, str) or not QUEUE.match(value):
+    if not isinstance(value, str) or not QUEUE.fullmatch(value):
         raise InvalidJob(f"{field} must be {QUEUE_HELP} (got {value!r}).", field=field)
+    return value
+
+
+def http_queue(value: Any) -> str:
+    """A queue an HTTP submitter may use: well-formed, and one of RELIABLEQ["HTTP_QUEUES"] (or any, with "*")."""
+    if not isinstance(value, str) or not QUEUE.fullmatch(value):
+        raise InvalidJob(f"The queue must be {QUEUE_HELP}.", field="queue")
+    allowed = list(reliableq_settings.HTTP_QUEUES)
+    if "*" not in allowed and value not in allowed:
+        shown = ", ".join(repr(q) for q in allowed[:10]) + (", ..." if len(allowed) > 10 else "")
+        raise InvalidJob(
+            f"Queue {value!r} is not open to HTTP submissions; the site allows {shown or 'none'} (HTTP_QUEUES).",
+            field="queue",
+        )
+    return value
+
+
+# Over HTTP a job may not be more urgent than the default: a client-chosen priority below 0 would
+# run one user's backlog ahead of every other user's work. Code (enqueue) keeps the whole range.
+HTTP_PRIORITY_RANGE = (0, PRIORITY_RANGE[1])
+
+
+def http_priority(value: Any) -> int:
+    low, high = HTTP_PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidJob(
+            f"priority over HTTP must be an integer from {low} to {high}: lower runs first, and nothing "
+            "submitted over HTTP runs ahead of the default (0).",
+            field="priority",
+        )
     return value
 
 

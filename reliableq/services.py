@@ -17,9 +17,9 @@ from django.db.models.functions import Now
 
 from . import audit, db, planguard, registry, rules
 from .conf import reliableq_settings
-from .errors import InvalidJob, WrongStatus
+from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
-from .models import FINISHED, Attempt, Job, JobStatus, QueueState, ReturnValue
+from .models import FINISHED, Attempt, BatchKey, Job, JobStatus, QueueState, ReturnValue
 
 __all__ = [
     "InvalidJob",
@@ -35,11 +35,13 @@ __all__ = [
     "pause",
     "resume",
     "prune",
+    "purge",
 ]
 
 JOB = Job._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 RETURN_VALUE = ReturnValue._meta.db_table
+BATCH_KEY = BatchKey._meta.db_table
 _ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
 CHANNEL = "reliableq"
 # The payload is the queue; run_at in the future needs no wake-up now (workers poll).
@@ -88,6 +90,55 @@ def enqueue(
     return job
 
 
+_INSERT_COLUMNS = """id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,
+                   last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key, unique_key,
+                   created_at, updated_at"""
+_SUBMIT_SQL = f"""
+    WITH inserted AS (
+        INSERT INTO {JOB} ({_INSERT_COLUMNS})
+        VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
+                '', '', %s, %s, %s, %s, %s, now(), now())
+        ON CONFLICT DO NOTHING
+        RETURNING run_at, created_at, updated_at, queue
+    )
+    -- Wakes idle workers of this queue when (and only if) the transaction commits.
+    SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
+"""
+# The submitter's unfinished jobs, counted up to the bound through reliableq_job_submitter_open (its
+# predicate written out, so that the planner can use the partial index).
+_HELD_SQL = f"""
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {JOB}
+         WHERE dedupe_scope = %s AND dedupe_scope <> '' AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')
+         LIMIT %s
+    ) held
+"""
+# The same INSERT, made only while the submitter holds fewer unfinished jobs than its bound. One
+# statement: no round trip more than an unbounded submission. Concurrent submissions of one user
+# each count in their own snapshot, so the bound can be passed by the requests in flight at once.
+_BOUNDED_SUBMIT_SQL = f"""
+    WITH held AS MATERIALIZED ({_HELD_SQL}),
+    inserted AS (
+        INSERT INTO {JOB} ({_INSERT_COLUMNS})
+        SELECT %s::uuid, %s, %s, %s::int, %s::jsonb, 'PENDING', 0, %s::int,
+               GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, now(), now()
+         WHERE (SELECT n FROM held) < %s
+        ON CONFLICT DO NOTHING
+        RETURNING run_at, created_at, updated_at, queue
+    )
+    SELECT inserted.run_at, inserted.created_at, inserted.updated_at, {NOTIFY_SQL}, (SELECT n FROM held)
+      FROM (SELECT 1) AS one LEFT JOIN inserted ON true
+"""
+
+
+def pending_bound(submitted_by: Any) -> int | None:
+    """How many unfinished jobs this submitter may hold: MAX_PENDING_PER_SUBMITTER for a user, None for code."""
+    if submitted_by is None:
+        return None
+    bound = reliableq_settings.MAX_PENDING_PER_SUBMITTER
+    return None if bound is None else int(bound)
+
+
 def submit(
     kind: str,
     payload: dict[str, Any] | None = None,
@@ -128,34 +179,31 @@ def submit(
     )
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
+    bound = pending_bound(submitted_by)
 
     for _ in range(3):
         job_id = new_job_id()
+        params = [job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter,
+                  concurrency_key, unique_key]  # fmt: skip
         with db.cursor() as cursor:
-            cursor.execute(
-                f"""
-                WITH inserted AS (
-                    INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                       run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by,
-                                       concurrency_key, unique_key, created_at, updated_at)
-                    VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
-                            '', '', %s, %s, %s, %s, %s, now(), now())
-                    ON CONFLICT DO NOTHING
-                    RETURNING run_at, created_at, updated_at, queue
-                )
-                -- Wakes idle workers of this queue when (and only if) the transaction commits.
-                SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
-                """,
-                (job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter,
-                 concurrency_key, unique_key),
-            )  # fmt: skip
-            row = cursor.fetchone()
+            if bound is None:
+                cursor.execute(_SUBMIT_SQL, params)
+                row = cursor.fetchone()
+                held = None
+            else:
+                cursor.execute(_BOUNDED_SUBMIT_SQL, [scope, bound, *params, bound])
+                *row, held = cursor.fetchone()
+                if row[0] is None:
+                    row = None
         if row is not None:
             break
-        # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible.
+        # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible. A
+        # resent submission finds its job even when the submitter is at its bound.
         found = _holder(kind, scope, dedupe_key, unique_key)
         if found is not None:
             return found, False
+        if held is not None and bound is not None and held >= bound:
+            raise TooManyUnfinished(held, bound)
     else:
         raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
     # Only what the database decided comes back (its times); the rest is what was just inserted,
@@ -299,81 +347,155 @@ class NewJob:
     encoded: str | None = field(default=None, compare=False, repr=False)
 
 
-def submit_many(jobs: Sequence[NewJob], *, submitted_by: Any = None) -> list[Job]:
+def submit_many(
+    jobs: Sequence[NewJob], *, submitted_by: Any = None, key: str | None = None, fingerprint: str = ""
+) -> tuple[list[Job], bool]:
     """Store jobs of any kinds with one INSERT in the caller's transaction (or its own, in autocommit).
 
     All or nothing: every job is checked first, and InvalidJob names the first one that breaks a
     rule (`field` is `jobs[<index>].<field>`); a job that carries `encoded` was checked by the
     same rules already (reliableq.api.submission) and is not checked twice. One wake-up per queue
-    with a due job, sent only if the transaction commits. Returns the jobs in the order given.
+    with a due job, sent only if the transaction commits. Returns the jobs in the order given, and
+    whether they were made now.
+
+    With `submitted_by`, the batch counts against the user's MAX_PENDING_PER_SUBMITTER as a whole
+    (TooManyUnfinished). With `key` (its Idempotency-Key) and the body's `fingerprint`, the key
+    covers the whole batch: it is stored as the first job's dedupe_key (so the unique constraint
+    decides between concurrent senders) with a BatchKey naming the batch's jobs. The same key again
+    returns those jobs (False); with another fingerprint, or a key that a single submission took,
+    KeyConflict.
     """
     if not jobs:
-        return []
-    rows = []
-    for index, new in enumerate(jobs):
-        try:
-            handler = registry.get(new.kind)
-        except registry.UnknownKind as exc:
-            raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
-        if new.unique_key is not None:
-            raise InvalidJob(f"job {index}: {BATCH_UNIQUE_KEY}", field=f"jobs[{index}].unique_key")
-        budget = _budget(handler, new.max_attempts)
-        encoded = new.encoded
-        try:
-            if encoded is None:
-                rules.max_attempts(budget)
-                rules.queue_name(new.queue)
-                rules.priority(new.priority)
-                rules.run_at(new.run_at)
-                encoded = rules.payload(new.payload)
-            if new.concurrency_key is not None:
-                _check_concurrency_key(handler, new.concurrency_key)
-        except InvalidJob as exc:
-            raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
-        rows.append((new_job_id(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key))
+        return [], True
+    rows = [_batch_row(index, new) for index, new in enumerate(jobs)]
+    scope = dedupe_scope(submitted_by)
+    submitter = "" if submitted_by is None else submitted_by.get_username()
+    bound = pending_bound(submitted_by)
+    if key is None:
+        made = _insert_many(jobs, rows, submitter=submitter, scope=scope, bound=bound, key=None)
+        return made, True
+    rules.key(key, field="Idempotency-Key")
+    try:
+        with db.atomic():
+            made = _insert_many(jobs, rows, submitter=submitter, scope=scope, bound=bound, key=key)
+            BatchKey.objects.create(job_id=made[0].id, fingerprint=fingerprint, job_ids=[job.id for job in made])
+        return made, True
+    except _KeyTaken:
+        pass
+    except TooManyUnfinished:
+        # At the bound, nothing was inserted: a resent batch still gets its jobs back.
+        if not Job.objects.filter(dedupe_scope=scope, dedupe_key=key).exists():
+            raise
+    # The key's job exists (the unique constraint waited for its transaction to commit).
+    holder = Job.objects.filter(dedupe_scope=scope, dedupe_key=key).first()
+    batch = None if holder is None else BatchKey.objects.filter(job=holder).first()
+    if batch is None or batch.fingerprint != fingerprint:
+        taken_by = (
+            "another batch" if batch is not None else f"job {holder.id}" if holder is not None else "another request"
+        )
+        raise KeyConflict(f"Idempotency-Key {key!r} was already used for {taken_by} with another body.")
+    by_id = Job.objects.in_bulk(batch.job_ids)
+    return [by_id[job_id] for job_id in batch.job_ids if job_id in by_id], False
+
+
+class _KeyTaken(Exception):
+    """The batch's key is the dedupe_key of a job already stored: roll the batch back."""
+
+
+def _batch_row(index: int, new: NewJob) -> tuple[Any, ...]:
+    """One job of a batch, checked: (id, kind, queue, priority, encoded payload, budget, run_at, concurrency_key)."""
+    try:
+        handler = registry.get(new.kind)
+    except registry.UnknownKind as exc:
+        raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
+    if new.unique_key is not None:
+        raise InvalidJob(f"job {index}: {BATCH_UNIQUE_KEY}", field=f"jobs[{index}].unique_key")
+    budget = _budget(handler, new.max_attempts)
+    encoded = new.encoded
+    try:
+        if encoded is None:
+            rules.max_attempts(budget)
+            rules.queue_name(new.queue)
+            rules.priority(new.priority)
+            rules.run_at(new.run_at)
+            encoded = rules.payload(new.payload)
+        if new.concurrency_key is not None:
+            _check_concurrency_key(handler, new.concurrency_key)
+    except InvalidJob as exc:
+        raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
+    return (new_job_id(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key)
+
+
+# One row comes back, not one per job: the transaction's time (every job's created_at, and the
+# run_at of every job due now), the run_at of the few scheduled later, and (bounded) the count the
+# bound was checked against. The first job carries the batch's Idempotency-Key, if any.
+_SUBMIT_MANY_SQL = f"""
+    WITH held AS MATERIALIZED ({{held}}),
+    inserted AS (
+        INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
+                           run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key,
+                           created_at, updated_at)
+        SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
+               GREATEST(COALESCE(n.run_at, now()), now()), '', '',
+               CASE WHEN n.ord = 1 THEN %s END, %s, %s, n.key, now(), now()
+          FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
+                      %s::timestamptz[], %s::text[]) WITH ORDINALITY
+               AS n(id, kind, queue, priority, payload, budget, run_at, key, ord)
+         WHERE (SELECT n FROM held) + %s <= %s
+        ON CONFLICT DO NOTHING
+        RETURNING id, run_at, queue
+    ),
+    woken AS (
+        SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) q
+    )
+    SELECT now(), count(*), array_agg(id) FILTER (WHERE run_at <> now()),
+           array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken), (SELECT n FROM held)
+      FROM inserted
+"""
+_SUBMIT_MANY_BOUNDED = _SUBMIT_MANY_SQL.replace("{held}", _HELD_SQL)
+_SUBMIT_MANY_UNBOUNDED = _SUBMIT_MANY_SQL.replace("{held}", "SELECT 0 AS n")
+
+
+def _insert_many(
+    jobs: Sequence[NewJob],
+    rows: list[tuple[Any, ...]],
+    *,
+    submitter: str,
+    scope: str,
+    bound: int | None,
+    key: str | None,
+) -> list[Job]:
     ids, kinds, queues, priorities, payloads, budgets, run_ats, keys = (
         list(column) for column in zip(*rows, strict=True)
     )
-    submitter = "" if submitted_by is None else submitted_by.get_username()
+    columns = [key, scope, submitter, ids, kinds, queues, priorities, payloads, budgets,
+               run_ats, keys, len(rows)]  # fmt: skip
     with db.cursor() as cursor:
-        # One row comes back, not one per job: the transaction's time (every job's created_at,
-        # and the run_at of every job due now) and the run_at of the few scheduled later.
-        cursor.execute(
-            f"""
-            WITH inserted AS (
-                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, dedupe_scope, submitted_by, concurrency_key,
-                                   created_at, updated_at)
-                SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
-                       GREATEST(COALESCE(n.run_at, now()), now()), '', '', '', %s, n.key, now(), now()
-                  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-                              %s::timestamptz[], %s::text[])
-                       AS n(id, kind, queue, priority, payload, budget, run_at, key)
-                RETURNING id, run_at, queue
-            ),
-            woken AS (
-                SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) q
-            )
-            SELECT now(), count(*), array_agg(id) FILTER (WHERE run_at <> now()),
-                   array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken)
-              FROM inserted
-            """,
-            (submitter, ids, kinds, queues, priorities, payloads, budgets, run_ats, keys),
-        )
-        now, count, later_ids, later_run_ats, _ = cursor.fetchone()
+        if bound is None:
+            cursor.execute(_SUBMIT_MANY_UNBOUNDED, [*columns, len(rows)])
+        else:
+            cursor.execute(_SUBMIT_MANY_BOUNDED, [scope, bound, *columns, bound])
+        now, count, later_ids, later_run_ats, _, held = cursor.fetchone()
     if count != len(rows):
+        if bound is not None and held + len(rows) > bound:
+            raise TooManyUnfinished(held, bound, len(rows))
+        if key is not None and count == len(rows) - 1:
+            raise _KeyTaken
         raise AssertionError(f"submit_many stored {count} of {len(rows)} jobs")
     later = dict(zip(later_ids or [], later_run_ats or [], strict=True))
     made = []
-    for new, (job_id, kind, queue, priority, encoded, budget, _, key) in zip(jobs, rows, strict=True):
+    for index, (new, (job_id, kind, queue, priority, encoded, budget, _, ckey)) in enumerate(
+        zip(jobs, rows, strict=True)
+    ):
         values = {
             "id": job_id, "kind": kind, "queue": queue, "priority": priority,
             # What a read of the row would give: the checked payload is plain JSON already.
             "payload": new.payload if new.encoded is not None else json.loads(encoded),
             "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget,
             "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
-            "last_error": "", "dedupe_key": None, "dedupe_scope": "", "submitted_by": submitter,
-            "concurrency_key": key, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
+            "last_error": "", "dedupe_key": key if index == 0 else None,
+            "dedupe_scope": scope, "submitted_by": submitter,
+            "concurrency_key": ckey, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
             "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
         made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
@@ -455,6 +577,8 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             max_attempts=job.attempts + budget,
             run_at=Now(),
             finished_at=None,
+            # A cancel asked of the run that died is not a request of the replayed one.
+            cancel_requested_at=None,
             updated_at=Now(),
         )
         _notify(job.queue)
@@ -489,10 +613,9 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     with db.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.status == JobStatus.RUNNING:
-            if job.cancel_requested_at is None:
-                Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
-                    cancel_requested_at=Now(), updated_at=Now()
-                )
+            if job.cancel_requested_at is not None:
+                return job  # asked already: one request, one audit entry
+            Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(cancel_requested_at=Now(), updated_at=Now())
             job.refresh_from_db()
             if by is not None:
                 audit.record(by, job, CANCEL_REQUESTED)
@@ -532,9 +655,10 @@ def resume(queue: str, *, by: Any = None) -> QueueState:
     """Let claims take jobs of `queue` again, and wake its idle workers at once (on commit)."""
     rules.queue_name(queue)
     with db.atomic():
-        state, _ = QueueState.objects.select_for_update().get_or_create(name=queue)
-        QueueState.objects.filter(name=queue).update(paused_at=None, paused_until=None, paused_by="")
-        state.refresh_from_db()
+        # A running queue needs no row: resuming deletes it, so a name paused once (or never used)
+        # leaves nothing behind.
+        QueueState.objects.filter(name=queue).delete()
+        state = QueueState(name=queue)
         _notify(queue)
         if by is not None:
             audit.record(by, state, RESUMED)
@@ -548,15 +672,17 @@ def prune(
     progress: Callable[[int], None] | None = None,
     statuses: Sequence[str] = FINISHED,
     max_batches: int | None = None,
+    dry_run: bool = False,
 ) -> int:
     """Delete finished jobs (and, by cascade, their attempts) in batches; return how many.
+
+    With `dry_run`, delete nothing and return how many would be deleted.
 
     Each batch is its own short transaction (no long locks); with `max_batches`, stop after that
     many even if more are old enough (the maintenance leader's retention, a bounded share per round).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
-    total = 0
     # The oldest first, from the finished index: each batch reads only the rows it deletes. The
     # status is checked on each row, never used to choose an index (the admin's status index
     # would read every finished row; see leases._filter_only).
@@ -573,6 +699,27 @@ def prune(
     # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
     # cheaper, for every batch; check once per run, and analyze if so (see reliableq.planguard).
     planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
+    if dry_run:
+        with db.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM {JOB}"
+                " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)",
+                params[:2],
+            )
+            return int(cursor.fetchone()[0])
+    return _delete_batches(batch_sql, params, batch_size=batch_size, progress=progress, max_batches=max_batches)
+
+
+def _delete_batches(
+    batch_sql: str,
+    params: Sequence[Any],
+    *,
+    batch_size: int,
+    progress: Callable[[int], None] | None = None,
+    max_batches: int | None = None,
+) -> int:
+    """Delete the jobs `batch_sql` picks (at most batch_size at a time), with everything that refers to them."""
+    total = 0
     batches = 0
     while True:
         with db.atomic():
@@ -595,6 +742,9 @@ def prune(
                     ),
                     gone_returns AS (
                         DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    ),
+                    gone_batch_keys AS (
+                        DELETE FROM {BATCH_KEY} b WHERE b.job_id = ANY(ARRAY(SELECT id FROM batch))
                     )
                     DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
                     """,
@@ -606,6 +756,54 @@ def prune(
         if progress is not None:
             progress(deleted)
         if deleted < batch_size or (max_batches is not None and batches >= max_batches):
+            return total
+
+
+PURGED = "Purged: cancelled by an operator with reliableq_queue purge."
+
+
+def purge(
+    queue: str,
+    *,
+    delete: bool = False,
+    dry_run: bool = False,
+    batch_size: int = 1000,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Cancel (or, with `delete`, delete) every PENDING job of `queue`, due or scheduled; return how many.
+
+    For a backlog nobody will run (a flood on a queue no worker serves, say). RUNNING jobs are left
+    to finish: cancel those one at a time (services.cancel). Batches of short transactions, through
+    the due index's (queue, ...) prefix; rows a claim has locked are skipped, not waited for.
+    """
+    rules.queue_name(queue)
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    pending = f"SELECT id FROM {JOB} WHERE status = '{JobStatus.PENDING}' AND queue = %s"
+    if dry_run:
+        with db.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM ({pending}) p", [queue])
+            return int(cursor.fetchone()[0])
+    batch_sql = f"{pending} LIMIT %s FOR UPDATE SKIP LOCKED"
+    if delete:
+        return _delete_batches(batch_sql, [queue, batch_size], batch_size=batch_size, progress=progress)
+    total = 0
+    while True:
+        with db.atomic(), db.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH batch AS MATERIALIZED ({batch_sql})
+                UPDATE {JOB} j SET status = '{JobStatus.CANCELLED}', finished_at = now(), updated_at = now(),
+                       last_error = %s
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = '{JobStatus.PENDING}'
+                """,
+                [queue, batch_size, PURGED],
+            )
+            done = cursor.rowcount
+        total += done
+        if progress is not None:
+            progress(done)
+        if done < batch_size:
             return total
 
 
@@ -629,6 +827,8 @@ def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
     """
     deadline = time.monotonic() + budget_seconds
     deleted = Retained()
+    # Pauses that ended by themselves (paused_until passed) leave their row: a running queue needs none.
+    QueueState.objects.filter(paused_until__lte=Now()).delete()
     for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
         if seconds is None:
             continue  # kept forever

@@ -26,26 +26,47 @@ def oldest_due_age_seconds() -> float:
     return max(0.0, float(age))
 
 
-def queues(limit: int | None = None) -> list[str]:
+def queues(limit: int | None = None, *, after: str = "") -> list[str]:
     """Distinct queue names by a loose index scan: one index probe per queue, not a table scan.
 
-    With `limit`, the first `limit` names in order: the recursion is pulled on demand and stops there.
+    With `limit`, the first `limit` names in order (after `after`): the recursion is pulled on
+    demand and stops there.
     """
     table = Job._meta.db_table
     with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH RECURSIVE q(name) AS (
-                (SELECT queue FROM {table} ORDER BY queue LIMIT 1)
+                (SELECT queue FROM {table} WHERE queue > %s ORDER BY queue LIMIT 1)
                 UNION ALL
                 SELECT (SELECT queue FROM {table} WHERE queue > q.name ORDER BY queue LIMIT 1)
                   FROM q WHERE q.name IS NOT NULL
             )
             SELECT name FROM q WHERE name IS NOT NULL LIMIT %s
             """,
-            [limit],
+            [after, limit],
         )
         return [row[0] for row in cursor.fetchall()]
+
+
+QUEUE_PAGE = 100  # queues per page of /v1/queues, the dashboard and `reliableq_queue list` by default
+MAX_QUEUE_PAGE = 500
+
+
+def queue_page(*, after: str = "", limit: int = QUEUE_PAGE) -> tuple[list[QueueSummary], str | None]:
+    """At most `limit` queues (with jobs or a pause state), by name, after `after`; and the name to
+    continue after, or None on the last page.
+
+    Bounded whatever the tables hold: `limit` + 1 probes of the queue index and of the states, then
+    the counts of those queues alone.
+    """
+    names = sorted(
+        set(queues(limit + 1, after=after))
+        | set(QueueState.objects.filter(name__gt=after).order_by("name").values_list("name", flat=True)[: limit + 1])
+    )[: limit + 1]
+    more = len(names) > limit
+    names = names[:limit]
+    return queue_summaries(names), (names[-1] if more else None)
 
 
 FAILED = (

@@ -7,8 +7,12 @@ import secrets
 from django.contrib.auth.models import Permission, User
 from rest_framework.authtoken.models import Token
 
-# What the charge job's service account and a submitting client hold in the demo.
-CLIENT_PERMISSIONS = ("reliableq.submit_job", "reliableq.view_job", "charges.add_charge", "charges.view_charge")
+# What a submitting client holds in the demo: it may submit jobs and read them, never make charges.
+SUBMITTER_PERMISSIONS = ("reliableq.submit_job", "reliableq.view_job")
+# What the charge job's service account holds: it makes and reads charges, and submits nothing
+# (docs/explanation/security.md: a submitter who could charge could pre-empt a job's effect key).
+CHARGE_SERVICE_PERMISSIONS = ("charges.add_charge", "charges.view_charge")
+CLIENT_PERMISSIONS = SUBMITTER_PERMISSIONS + CHARGE_SERVICE_PERMISSIONS  # one test user holding both
 # What the tour's operator holds: watch, replay and cancel jobs, pause queues, read charges. Not a superuser.
 OPERATOR_PERMISSIONS = (
     "reliableq.view_job",
@@ -33,8 +37,9 @@ def grant(user: User, *perms: str) -> User:
 
 
 def token_for(username: str, *perms: str, **fields: object) -> str:
-    """The API token of `username` (made if missing) holding these permissions."""
+    """The API token of `username` (made if missing) holding exactly these permissions."""
     user, _ = User.objects.get_or_create(username=username, defaults=fields)
+    user.user_permissions.clear()  # an account left by an earlier run keeps nothing it no longer needs
     grant(user, *perms)
     return Token.objects.get_or_create(user=user)[0].key
 

@@ -1,5 +1,7 @@
 """The framework's ceilings for the HTTP benchmark (bench/http.py), served only when
-TESTPROJECT_BENCH_VIEWS=1: they take no login, so no other server of this project has them.
+TESTPROJECT_BENCH_VIEWS holds a key of at least 32 characters, and answered only to requests that
+send it back (X-Bench-Key): they take no login, so an inherited variable alone opens nothing. They
+submit only kinds open to HTTP (http=True), on queues open to HTTP, as POST /v1/jobs does.
 
 - /bench/noop: a Django view that answers 202 and touches no database;
 - /bench/insert: a Django view that makes the same INSERT as POST /v1/jobs (services.submit, one
@@ -11,7 +13,9 @@ TESTPROJECT_BENCH_VIEWS=1: they take no login, so no other server of this projec
 
 from __future__ import annotations
 
+import hmac
 import json
+import os
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
@@ -20,20 +24,42 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reliableq import services
+from reliableq import registry, rules, services
 from reliableq.api.base import BaseAPIView
+
+MIN_KEY_CHARS = 32
+
+
+def key() -> str | None:
+    """The key that opens these views, or None (then testproject.urls does not serve them)."""
+    found = os.environ.get("TESTPROJECT_BENCH_VIEWS", "")
+    return found if len(found) >= MIN_KEY_CHARS else None
+
+
+def _opened(request: HttpRequest) -> bool:
+    expected = key()
+    return expected is not None and hmac.compare_digest(request.META.get("HTTP_X_BENCH_KEY", ""), expected)
+
+
+def _submit(data: dict) -> str:
+    kind = data["kind"]
+    registry.for_http(kind)  # NotSubmittable: the same kinds as POST /v1/jobs
+    job, _ = services.submit(kind, data["payload"], queue=rules.http_queue(data.get("queue", "default")))
+    return str(job.id)
 
 
 @csrf_exempt
 def noop(request: HttpRequest) -> HttpResponse:
+    if not _opened(request):
+        return HttpResponse(status=404)
     return HttpResponse(status=202)
 
 
 @csrf_exempt
 def insert(request: HttpRequest) -> HttpResponse:
-    data = json.loads(request.body)
-    job, _ = services.submit(data["kind"], data["payload"], queue=data.get("queue", "default"))
-    return JsonResponse({"id": str(job.id)}, status=202)
+    if not _opened(request):
+        return HttpResponse(status=404)
+    return JsonResponse({"id": _submit(json.loads(request.body))}, status=202)
 
 
 class DRFInsert(BaseAPIView):
@@ -41,9 +67,9 @@ class DRFInsert(BaseAPIView):
     permission_classes = [AllowAny]
 
     def post(self, request: Request) -> Response:
-        data = request.data
-        job, _ = services.submit(data["kind"], data["payload"], queue=data.get("queue", "default"))
-        return Response({"id": str(job.id)}, status=202)
+        if not _opened(request._request):
+            return Response(status=404)
+        return Response({"id": _submit(request.data)}, status=202)
 
 
 urlpatterns = [path("bench/noop", noop), path("bench/insert", insert), path("bench/drf-insert", DRFInsert.as_view())]

@@ -35,8 +35,9 @@ def _generated(path: Path) -> str:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     aside = path.with_name(f".{path.name}.{os.getpid()}")
-    aside.write_text(secrets.token_urlsafe(50))
-    aside.chmod(0o600)
+    # Made 0600 by open() itself: written first and chmodded after, the key is readable in between.
+    with os.fdopen(os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(secrets.token_urlsafe(50))
     try:
         os.link(aside, path)
     except FileExistsError:

@@ -98,14 +98,18 @@ def _http(bench: Bench) -> dict[int, Summary]:
     from .. import ingest
 
     http: dict[int, Summary] = {}
-    _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_job")
+    _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, reliableq_job")
     User.objects.filter(username="bench").delete()
     user = accounts.grant(User.objects.create_user("bench"), "reliableq.submit_job")
     token = Token.objects.create(user=user).key
     port = processes.free_port()
     with Procs(bench.logs) as procs:
-        # The API throttles each user's submissions (100/s by default); what is measured here is the path itself.
-        server = procs.spawn("gunicorn", processes.api_argv(port), env=env(TESTPROJECT_SUBMIT_RATE="1000000/s"))
+        # The API bounds each user's submissions (rate, queues, unfinished jobs); measured here is the path itself.
+        server = procs.spawn(
+            "gunicorn", processes.api_argv(port),
+            env=env(TESTPROJECT_SUBMIT_RATE="1000000000/s", RELIABLEQ_HTTP_QUEUES='["*"]',
+                    RELIABLEQ_MAX_PENDING_PER_SUBMITTER="None"),
+        )  # fmt: skip
         processes.wait_http(f"http://127.0.0.1:{port}/v1/schema", timeout=60, process=server)
         for clients in bench.p.ingest_clients:
             http[clients] = bench.repetitions(path="HTTP POST /v1/jobs", clients=clients)

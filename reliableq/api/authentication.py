@@ -30,6 +30,7 @@ from rest_framework.authtoken.models import Token
 
 from . import permissions, tokenfunction
 
+MAX_KEY_CHARS = Token._meta.get_field("key").max_length or 40
 # Per connection (thread-local in Django): per user model, the converters of the columns that have any.
 _CONVERTERS: weakref.WeakKeyDictionary[Any, dict[Any, list[tuple[int, Any, list[Callable[..., Any]]]]]] = (
     weakref.WeakKeyDictionary()
@@ -57,6 +58,9 @@ class TokenAuthentication(authentication.TokenAuthentication):
         return self.authenticate_credentials(key)
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Token]:
+        if "\x00" in key or len(key) > MAX_KEY_CHARS:
+            # No stored token can match, and PostgreSQL refuses NUL in text (a 500, not a 401).
+            raise exceptions.AuthenticationFailed(_("Invalid token."))
         user_model = get_user_model()
         with_perms = permissions.model_backend_only()
         sql, attnames = _statement(user_model, with_perms)

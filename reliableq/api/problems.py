@@ -32,6 +32,15 @@ class ServiceUnavailable(exceptions.APIException):
     default_code = "unavailable"
 
 
+class TooManyUnfinished(exceptions.APIException):
+    """The submitter holds MAX_PENDING_PER_SUBMITTER unfinished jobs: 429, come back once some finish."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_detail = "You hold too many unfinished jobs (MAX_PENDING_PER_SUBMITTER)."
+    default_code = "too_many_unfinished"
+    wait = 60  # DRF's handler sends it as Retry-After
+
+
 TITLES = {
     400: "Bad request",
     401: "Authentication required",

@@ -221,8 +221,25 @@ SCHEMAS: dict[str, Any] = {
     },
     "QueueList": {
         "type": "object",
-        "required": ["queues"],
-        "properties": {"queues": {"type": "array", "items": ref("Queue")}},
+        "required": ["queues", "next"],
+        "properties": {
+            "queues": {"type": "array", "items": ref("Queue")},
+            "next": {"type": "string", "nullable": True, "description": "The next page's URL; null on the last."},
+        },
+    },
+    "QueueState": {
+        "type": "object",
+        "required": ["name", "paused", "paused_until"],
+        "description": "A queue's pause state; its counts too for users with reliableq.view_job.",
+        "properties": {
+            "name": {"type": "string", "pattern": rules.QUEUE_PATTERN},
+            "paused": {"type": "boolean"},
+            "paused_until": NULLABLE_TIME,
+            "paused_by": {"type": "string", "nullable": True},
+            "pending": {"type": "integer", "minimum": 0},
+            "running": {"type": "integer", "minimum": 0},
+            "oldest_due_age_seconds": {"type": "number", "minimum": 0},
+        },
     },
     "QueuePause": {
         "type": "object",
@@ -349,10 +366,19 @@ PATHS: dict[str, Any] = {
     "/v1/queues": {
         "get": {
             "operationId": "listQueues",
-            "summary": "Every queue with jobs or a pause state: pause state and unfinished work.",
+            "summary": "Queues with jobs or a pause state, by name, a page at a time: pause state and unfinished work.",
+            "parameters": [
+                {
+                    "name": "after",
+                    "in": "query",
+                    "schema": {"type": "string"},
+                    "description": "List queues after this name.",
+                },
+                {"name": "page_size", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
+            ],
             "responses": {
                 "200": json_response("The queues, by name.", ref("QueueList")),
-                "400": problem_response("An unknown query parameter."),
+                "400": problem_response("An unknown query parameter, or a bad `after` or `page_size`."),
                 **AUTH_ERRORS,
             },
         }
@@ -364,7 +390,7 @@ PATHS: dict[str, Any] = {
             "parameters": [NAME_PARAM],
             "requestBody": {"required": False, "content": {"application/json": {"schema": ref("QueuePause")}}},
             "responses": {
-                "200": json_response("The queue, paused.", ref("Queue")),
+                "200": json_response("The queue, paused.", ref("QueueState")),
                 "400": problem_response("A bad queue name, a bad `until`, or an unknown field or query parameter."),
                 "415": problem_response("The body is not JSON."),
                 "401": AUTH_ERRORS["401"],
@@ -378,7 +404,7 @@ PATHS: dict[str, Any] = {
             "summary": "Let workers claim the queue's jobs again, and wake them. Audited.",
             "parameters": [NAME_PARAM],
             "responses": {
-                "200": json_response("The queue, running.", ref("Queue")),
+                "200": json_response("The queue, running.", ref("QueueState")),
                 "400": problem_response("A bad queue name, a body with fields, or an unknown query parameter."),
                 "415": problem_response("The body is not JSON."),
                 "401": AUTH_ERRORS["401"],

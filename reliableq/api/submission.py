@@ -8,6 +8,8 @@ serializer built a dozen field objects. Every field is checked and every problem
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from typing import Any
 
 from .. import registry, rules
@@ -60,12 +62,8 @@ def parse(data: Any) -> Submission:
     return Submission(**values)
 
 
-def parse_batch(data: Any) -> list[Submission]:
-    """Read `{"jobs": [...]}`: every item checked; Invalid names each failing item by its index.
-
-    An item with a unique_key is refused (services.submit_many cannot answer "that job already
-    holds the key" per row of its one INSERT).
-    """
+def batch_items(data: Any) -> list[Any]:
+    """The items of `{"jobs": [...]}`, unread: the view charges the throttle for them before checking each."""
     if not isinstance(data, dict) or set(data) != {"jobs"}:
         raise Invalid({"non_field_errors": ['The body must be a JSON object with one field, "jobs".']})
     items = data["jobs"]
@@ -73,6 +71,20 @@ def parse_batch(data: Any) -> list[Submission]:
         raise Invalid({"jobs": ["A non-empty list of jobs is required."]})
     if len(items) > MAX_BATCH:
         raise Invalid({"jobs": [f"At most {MAX_BATCH} jobs per batch; this one has {len(items)}."]})
+    return items
+
+
+def parse_batch(data: Any) -> list[Submission]:
+    """Read `{"jobs": [...]}`: every item checked; Invalid names each failing item by its index."""
+    return parse_items(batch_items(data))
+
+
+def parse_items(items: list[Any]) -> list[Submission]:
+    """Every item of a batch checked; Invalid names each failing item by its index.
+
+    An item with a unique_key is refused (services.submit_many cannot answer "that job already
+    holds the key" per row of its one INSERT).
+    """
     parsed: list[Submission] = []
     errors: dict[str, list[str]] = {}
     for index, item in enumerate(items):
@@ -88,6 +100,12 @@ def parse_batch(data: Any) -> list[Submission]:
     if errors:
         raise Invalid(errors)
     return parsed
+
+
+def fingerprint(items: list[Any]) -> str:
+    """The batch's body as canonical JSON (keys sorted), hashed: what an Idempotency-Key is bound to."""
+    text = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def same(job: Job, sub: Submission) -> bool:
@@ -139,10 +157,7 @@ def _payload(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _queue(data: dict[str, Any]) -> str:
-    queue = data.get("queue", "default")
-    if not isinstance(queue, str) or not rules.QUEUE.match(queue):
-        raise InvalidJob(f"The queue must be {rules.QUEUE_HELP}.")
-    return queue
+    return rules.http_queue(data.get("queue", "default"))
 
 
 def _strict_int(value: Any) -> int:
@@ -153,7 +168,7 @@ def _strict_int(value: Any) -> int:
 
 
 def _priority(data: dict[str, Any]) -> int:
-    return rules.priority(_strict_int(data.get("priority", 0)))
+    return rules.http_priority(_strict_int(data.get("priority", 0)))
 
 
 def _max_attempts(data: dict[str, Any]) -> int | None:

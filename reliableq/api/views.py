@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db import DatabaseError
+from django.db.models import prefetch_related_objects
 from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -17,14 +19,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import health, rules, services, stats
-from ..errors import InvalidJob, WrongStatus
-from ..models import Job, JobStatus
+from ..errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
+from ..models import BatchKey, Job, JobStatus
 from . import documents, problems
 from .base import BaseAPIView
 from .permissions import holds, requires
 from .serializers import FilterSerializer
-from .submission import Invalid, Submission, parse, parse_batch, same
-from .throttles import SubmitThrottle
+from .submission import Invalid, Submission, batch_items, fingerprint, parse, parse_items, same
+from .throttles import ReadThrottle, SubmitThrottle
 
 
 def permission(codename: str) -> type[BasePermission]:
@@ -127,8 +129,14 @@ class JobListView(BaseAPIView):
         )
 
     def post(self, request: Request) -> HttpResponse:
+        _charge(self, request, 1)
         sub = _submission(request.data)
         key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None  # (request.headers copies every header first)
+        if key is not None and sub.unique_key is not None:
+            # A job returned through its unique_key could not bind the key to this body: refused.
+            raise exceptions.ValidationError(
+                {"unique_key": ["A unique_key cannot be combined with an Idempotency-Key; send one or the other."]}
+            )
         try:
             if key is not None:
                 rules.key(key, field="Idempotency-Key")
@@ -148,15 +156,20 @@ class JobListView(BaseAPIView):
             )
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
+        except TooManyUnfinished as exc:
+            raise problems.TooManyUnfinished(str(exc)) from None
         except InvalidJob as exc:
             raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
         except DatabaseError:
             raise problems.ServiceUnavailable("The job could not be stored; nothing was accepted. Try again.") from None
         # Not created: the Idempotency-Key found its job (it must be this body's), or else the
         # unique_key found the caller's active job of the kind, which is the answer whatever its body.
-        if not created and key is not None and job.dedupe_key == key and not same(job, sub):
+        if not created and key is not None and job.dedupe_key == key:
             # Keys are scoped per submitter, so the job named here is always the caller's own.
-            raise problems.Conflict(f"Idempotency-Key {key!r} was already used for job {job.id} with another body.")
+            if not same(job, sub):
+                raise problems.Conflict(f"Idempotency-Key {key!r} was already used for job {job.id} with another body.")
+            if BatchKey.objects.filter(job=job).exists():
+                raise problems.Conflict(f"Idempotency-Key {key!r} was already used for a batch.")
         # A job just inserted has no attempts: answer from the INSERT's RETURNING row.
         attempts = [] if created else list(job.attempt_set.all())
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
@@ -169,7 +182,7 @@ class JobListView(BaseAPIView):
 
 
 class JobBatchView(BaseAPIView):
-    """POST /v1/jobs/batch: up to 1,000 jobs in one INSERT, all or nothing."""
+    """POST /v1/jobs/batch: up to 1,000 jobs in one INSERT, all or nothing; an Idempotency-Key covers the batch."""
 
     def get_permissions(self) -> list[Any]:
         return [*list(super().get_permissions()), permission("submit_job")()]
@@ -178,22 +191,49 @@ class JobBatchView(BaseAPIView):
         return [SubmitThrottle()]
 
     def post(self, request: Request) -> Response:
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
         try:
-            subs = parse_batch(request.data)
-            # One statement in autocommit: every job commits, or none does.
-            jobs = services.submit_many(subs, submitted_by=request.user)
+            items = batch_items(request.data)
+            # Counted before the items are checked: a flood of invalid batches costs the same as valid ones.
+            _charge(self, request, len(items))
+            if key is not None:
+                rules.key(key, field="Idempotency-Key")
+            subs = parse_items(items)
+            # One statement in autocommit: every job commits, or none does (with a key, one transaction).
+            jobs, created = services.submit_many(
+                subs, submitted_by=request.user, key=key, fingerprint=fingerprint(items) if key else ""
+            )
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
         except Invalid as exc:
             raise exceptions.ValidationError(exc.errors) from None
+        except TooManyUnfinished as exc:
+            raise problems.TooManyUnfinished(str(exc)) from None
+        except KeyConflict as exc:
+            raise problems.Conflict(str(exc)) from None
         except InvalidJob as exc:
             raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
         except DatabaseError:
             raise problems.ServiceUnavailable("The jobs could not be stored; none was accepted. Try again.") from None
         tracebacks = _reads_tracebacks(request)
-        return Response(
-            {"jobs": [documents.job(job, [], tracebacks=tracebacks) for job in jobs]}, status=status.HTTP_202_ACCEPTED
-        )
+        if created:
+            documents_ = [documents.job(job, [], tracebacks=tracebacks) for job in jobs]
+        else:
+            prefetch_related_objects(jobs, "attempt_set")
+            documents_ = [documents.job(job, job.attempt_set.all(), tracebacks=tracebacks) for job in jobs]
+        return Response({"jobs": documents_}, status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
+
+
+def _charge(view: BaseAPIView, request: Request, jobs: int) -> None:
+    """Count `jobs` against the submitter's throttle, or answer 429 with Retry-After."""
+    for throttle in view.get_throttles():
+        if isinstance(throttle, SubmitThrottle) and not throttle.charge(request, view, jobs):
+            limit = getattr(throttle, "num_requests", None)
+            if throttle.over_rate:
+                detail = f"A batch of {jobs} jobs is more than the submission rate allows in one window ({limit})."
+            else:
+                detail = f"Submission rate exceeded: {limit} jobs per window (a batch of N counts N)."
+            raise exceptions.Throttled(wait=throttle.wait(), detail=detail)
 
 
 class JobDetailView(BaseAPIView):
@@ -247,11 +287,6 @@ class CancelView(_FateView):
         return job
 
 
-def _no_query_parameters(request: Request) -> None:
-    if request.query_params:
-        raise exceptions.ValidationError({name: ["Unknown query parameter."] for name in sorted(request.query_params)})
-
-
 def _body_fields(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
     """The JSON object body (an empty body is {}), with no field but `allowed`."""
     data = request.data
@@ -265,20 +300,41 @@ def _body_fields(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
     return data
 
 
-def _queue_document(name: str) -> dict[str, Any]:
+def _queue_document(name: str, request: Request) -> dict[str, Any]:
+    """The queue's state; its counts only for users who may read jobs (reliableq.view_job)."""
     (summary,) = stats.queue_summaries([name])
-    return documents.queue(summary)
+    document = documents.queue(summary)
+    if not holds(request.user, "reliableq.view_job"):
+        document = {field: document[field] for field in ("name", "paused", "paused_until", "paused_by")}
+    return document
 
 
 class QueueListView(BaseAPIView):
-    """GET /v1/queues: every queue with jobs or a pause state, by name."""
+    """GET /v1/queues: queues with jobs or a pause state, by name, a page at a time."""
+
+    query_parameters = frozenset({"after", "page_size"})
+
+    throttle_classes = [ReadThrottle]
 
     def get_permissions(self) -> list[Any]:
         return [*list(super().get_permissions()), permission("view_job")()]
 
     def get(self, request: Request) -> Response:
-        _no_query_parameters(request)
-        return Response({"queues": [documents.queue(q) for q in stats.queue_summaries()]})
+        after = request.query_params.get("after", "")
+        if after and not rules.QUEUE.fullmatch(after):
+            raise exceptions.ValidationError({"after": [f"after must be a queue name: {rules.QUEUE_HELP}."]})
+        size_text = request.query_params.get("page_size", str(stats.QUEUE_PAGE))
+        if not size_text.isdigit() or not 1 <= int(size_text) <= stats.MAX_QUEUE_PAGE:
+            raise exceptions.ValidationError(
+                {"page_size": [f"page_size must be an integer from 1 to {stats.MAX_QUEUE_PAGE}."]}
+            )
+        page, last = stats.queue_page(after=after, limit=int(size_text))
+        next_url = None
+        if last is not None:
+            next_url = request.build_absolute_uri(
+                f"{request.path}?{urlencode({'after': last, 'page_size': size_text})}"
+            )
+        return Response({"queues": [documents.queue(q) for q in page], "next": next_url})
 
 
 class _QueueStateView(BaseAPIView):
@@ -293,13 +349,12 @@ class _QueueStateView(BaseAPIView):
         raise NotImplementedError
 
     def post(self, request: Request, name: str) -> Response:
-        _no_query_parameters(request)
         body = _body_fields(request, self.fields)
         try:
             self.act(name, body, request.user)
         except InvalidJob as exc:
             raise exceptions.ValidationError({exc.field: [str(exc)]}) from None
-        return Response(_queue_document(name))
+        return Response(_queue_document(name, request))
 
 
 class QueuePauseView(_QueueStateView):
@@ -317,6 +372,8 @@ class QueueResumeView(_QueueStateView):
 
 
 class StatsView(BaseAPIView):
+    throttle_classes = [ReadThrottle]
+
     def get_permissions(self) -> list[Any]:
         return [*list(super().get_permissions()), permission("view_job")()]
 
@@ -327,15 +384,18 @@ class StatsView(BaseAPIView):
 class MetricsView(BaseAPIView):
     """Prometheus text format; scrape it with `authorization: {type: Token, credentials: <key>}`."""
 
+    throttle_classes = [ReadThrottle]
+
     def get_permissions(self) -> list[Any]:
         return [*list(super().get_permissions()), permission("view_job")()]
 
     def get(self, request: Request) -> HttpResponse:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        from .. import metrics
+        from .. import metrics, readcache
 
-        return HttpResponse(generate_latest(metrics.registry()), content_type=CONTENT_TYPE_LATEST)
+        text = readcache.read("metrics", lambda: generate_latest(metrics.registry()))
+        return HttpResponse(text, content_type=CONTENT_TYPE_LATEST)
 
 
 class ReadyView(BaseAPIView):

@@ -22,6 +22,13 @@ ADD_CHARGE, VIEW_CHARGE = "charges.add_charge", "charges.view_charge"
 ALL_PERMS = (VIEW, REPLAY, CANCEL, SUBMIT, PAUSE, ADD_CHARGE, VIEW_CHARGE)
 
 
+@pytest.fixture(autouse=True)
+def any_queue_over_http(settings: Any) -> None:
+    """The API's tests submit to queues of their own; the default HTTP_QUEUES (["default"]) and its
+    refusals are tested in tests/security/test_submitter_bounds.py."""
+    settings.RELIABLEQ = {**settings.RELIABLEQ, "HTTP_QUEUES": ["*"]}
+
+
 def make_user(username: str, *perms: str, password: str | None = None) -> User:
     """A user with these permissions (a bare codename is reliableq's).
 
@@ -96,7 +103,9 @@ def live_api(db_url: str, tmp_path: Path) -> Iterator[LiveAPI]:
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as log_file:
         # The server's own settings: only DATABASE_URL points it at the test database.
-        env = processes.child_env(DATABASE_URL=db_url, DJANGO_DEBUG="0", **queue_database_env())
+        env = processes.child_env(
+            DATABASE_URL=db_url, DJANGO_DEBUG="0", RELIABLEQ_HTTP_QUEUES='["*"]', **queue_database_env()
+        )
         proc = processes.start_api(port, env=env, log=log_file)
     url = f"http://127.0.0.1:{port}"
     try:

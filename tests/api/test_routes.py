@@ -60,7 +60,7 @@ def test_submit_answers_202_with_location_and_the_committed_job(api):
         "kind": "demo.noop",
         "payload": {"user_id": 7, "tags": ["a", "b"]},
         "queue": "mail.high",
-        "priority": -5,
+        "priority": 5,
         "max_attempts": 2,
         "run_at": soon.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat(),
     }
@@ -72,7 +72,7 @@ def test_submit_answers_202_with_location_and_the_committed_job(api):
     assert set(job) == JOB_FIELDS
     assert response["Location"] == f"/v1/jobs/{job['id']}"
     assert job["kind"] == "demo.noop" and job["payload"] == body["payload"]
-    assert (job["queue"], job["priority"], job["max_attempts"]) == ("mail.high", -5, 2)
+    assert (job["queue"], job["priority"], job["max_attempts"]) == ("mail.high", 5, 2)
     assert parse_time(job["run_at"]) == soon
     assert job["status"] == "PENDING" and job["attempt_count"] == 0 and job["attempts"] == []
     assert job["effect_key"] == f"reliableq:demo.noop:{job['id']}"
@@ -83,7 +83,7 @@ def test_submit_answers_202_with_location_and_the_committed_job(api):
         "demo.noop",
         body["payload"],
         "mail.high",
-        -5,
+        5,
         2,
         JobStatus.PENDING,
     )

@@ -44,10 +44,11 @@ def test_another_users_unique_key_neither_blocks_nor_reveals_their_job(api, make
     assert theirs.status_code == 202 and theirs.json()["id"] != mine["id"]
 
 
-def test_an_idempotency_key_reused_with_another_unique_key_is_409(api):
-    api.post("/v1/jobs", JOB, format="json", HTTP_IDEMPOTENCY_KEY="k1")
-    problem_of(api.post("/v1/jobs", {**JOB, "unique_key": "other"}, format="json", HTTP_IDEMPOTENCY_KEY="k1"), 409)
-    assert api.post("/v1/jobs", JOB, format="json", HTTP_IDEMPOTENCY_KEY="k1").status_code == 200
+def test_a_unique_key_with_an_idempotency_key_is_400_and_makes_nothing(api):
+    """A job returned through its unique_key cannot bind the key to this body, so the pair is refused."""
+    body = problem_of(api.post("/v1/jobs", JOB, format="json", HTTP_IDEMPOTENCY_KEY="k1"), 400)
+    assert "cannot be combined with an Idempotency-Key" in body["errors"]["unique_key"][0]
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 256, 7, "nul\x00"])

@@ -251,7 +251,7 @@ def test_every_way_of_making_a_job_gives_it_a_time_ordered_id() -> None:
         enqueue("test.flaky", {}),
         submit("test.flaky", {})[0],
         *Job.objects.filter(id__in=reliableq.enqueue_many("test.flaky", [{}, {}])),
-        *submit_many([NewJob(kind="test.flaky", payload={})]),
+        *submit_many([NewJob(kind="test.flaky", payload={})])[0],
         Job.objects.create(kind="test.flaky"),
     ]
 

@@ -1,4 +1,4 @@
-"""python manage.py reliableq_queue list | pause NAME [--until ISO] | resume NAME."""
+"""python manage.py reliableq_queue list | pause NAME [--until ISO] | resume NAME | purge NAME."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="list|pause|resume")
-        actions.add_parser("list", help="Every queue with jobs or a pause state.")
+        listing = actions.add_parser("list", help="Queues with jobs or a pause state, by name, a page at a time.")
+        listing.add_argument("--after", default="", help="List the queues after this name (the next page).")
+        listing.add_argument("--limit", type=int, default=stats.QUEUE_PAGE, help="Queues per page (default 100).")
         pause = actions.add_parser("pause", help="Stop claims from a queue; running jobs finish.")
         pause.add_argument("name")
         pause.add_argument(
@@ -23,13 +25,22 @@ class Command(BaseCommand):
         )
         resume = actions.add_parser("resume", help="Let workers claim a queue's jobs again.")
         resume.add_argument("name")
+        purge = actions.add_parser(
+            "purge", help="Cancel (or --delete) every PENDING job of a queue; running jobs finish."
+        )
+        purge.add_argument("name")
+        purge.add_argument("--delete", action="store_true", help="Delete the jobs (and their attempts) instead.")
+        purge.add_argument("--dry-run", action="store_true", help="Count the jobs; change nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
         if action == "list":
-            self.list()
+            self.list(after=options["after"], limit=options["limit"])
             return
         name = options["name"]
+        if action == "purge":
+            self.purge(name, delete=options["delete"], dry_run=options["dry_run"])
+            return
         try:
             if action == "pause":
                 until = options.get("until")
@@ -47,10 +58,33 @@ class Command(BaseCommand):
         else:
             self.stdout.write(self.style.SUCCESS(f"Resumed {name}: {queue.pending} pending job(s)."))
 
-    def list(self) -> None:
-        queues = stats.queue_summaries()
+    def purge(self, name: str, *, delete: bool, dry_run: bool) -> None:
+        verb = "delete" if delete else "cancel"
+        try:
+            if dry_run:
+                n = services.purge(name, dry_run=True)
+                self.stdout.write(f"Would {verb} {n} PENDING job(s) of queue {name}.")
+                return
+            total = 0
+
+            def progress(done: int) -> None:
+                nonlocal total
+                total += done
+                if done:
+                    self.stdout.write(f"{'deleted' if delete else 'cancelled'} {total} so far")
+
+            services.purge(name, delete=delete, progress=progress)
+        except InvalidJob as exc:
+            raise CommandError(str(exc)) from None
+        done = "Deleted" if delete else "Cancelled"
+        self.stdout.write(self.style.SUCCESS(f"{done} {total} PENDING job(s) of queue {name}; running jobs finish."))
+
+    def list(self, *, after: str, limit: int) -> None:
+        if not 1 <= limit <= stats.MAX_QUEUE_PAGE:
+            raise CommandError(f"--limit must be from 1 to {stats.MAX_QUEUE_PAGE}.")
+        queues, more = stats.queue_page(after=after, limit=limit)
         if not queues:
-            self.stdout.write("No queues: no jobs and no pause state.")
+            self.stdout.write("No queues: no jobs and no pause state." if not after else f"No queues after {after}.")
             return
         header = ("queue", "paused", "until", "pending", "running", "oldest due age")
         rows = [
@@ -72,3 +106,5 @@ class Command(BaseCommand):
                     for i, (cell, w) in enumerate(zip(row, widths, strict=True))
                 ).rstrip()
             )
+        if more is not None:
+            self.stdout.write(f"More queues: reliableq_queue list --after {more}")

@@ -63,7 +63,7 @@ class Command(BaseCommand):
         queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
         if not queues:
             raise CommandError("--queues needs at least one queue name.")
-        bad = [q for q in queues if not rules.QUEUE.match(q)]  # the rule enqueue applies: every servable name
+        bad = [q for q in queues if not rules.QUEUE.fullmatch(q)]  # the rule enqueue applies: every servable name
         if bad:
             raise CommandError(f"Invalid queue name(s): {', '.join(bad)}. A queue is {rules.QUEUE_HELP}.")
         lease = options["lease_seconds"]

@@ -11,6 +11,7 @@ backlog and an operator account to log in with (testproject/tour.py), until Ctrl
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -88,7 +89,10 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def spawn(self, name: str, start: Any, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        log = (LOG_DIR / f"{name}.log").open("wb")
+        # 0600: worker logs carry lease tokens (fchmod too: a log left by an earlier run keeps its mode).
+        fd = os.open(LOG_DIR / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        log = os.fdopen(fd, "wb")
         self.logs.append(log)
         process = start(*args, log=log, **kwargs)
         self.started.append(process)
@@ -105,14 +109,16 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         # What a deployment does: the admin's CSS and JS into STATIC_ROOT, which WhiteNoise serves.
         call_command("collectstatic", interactive=False, verbosity=0)
-        token = self.api_token()
+        token = accounts.token_for("demo", *accounts.SUBMITTER_PERMISSIONS, is_staff=True)
+        service_token = accounts.token_for("charge-service", *accounts.CHARGE_SERVICE_PERMISSIONS)
         queue = f"demo-{uuid.uuid4().hex[:8]}"
         port = options["port"]
         base = f"http://127.0.0.1:{port}"
         lease = options["lease_seconds"]
         common = dict(
             CHARGES_SERVICE_URL=base,
-            CHARGES_SERVICE_TOKEN=token,
+            CHARGES_SERVICE_TOKEN=service_token,
+            RELIABLEQ_HTTP_QUEUES=json.dumps([queue]),  # this run's queue, and only it, open to HTTP
             RELIABLEQ_BACKOFF_BASE_SECONDS="0.2",
             RELIABLEQ_BACKOFF_MAX_SECONDS="1",
             RELIABLEQ_POLL_SECONDS="0.2",
@@ -268,10 +274,6 @@ class Command(BaseCommand):
                 )
             )
         return ok
-
-    def api_token(self) -> str:
-        # Submits the charge jobs and is the charge job's service account: exactly those rights.
-        return accounts.token_for("demo", *accounts.CLIENT_PERMISSIONS, is_staff=True)
 
     def submit(self, base: str, token: str, queue: str, n: int) -> uuid.UUID:
         body = {
