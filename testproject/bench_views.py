@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from reliableq import registry, rules, services
+from reliableq.errors import InvalidJob, NotSubmittable
 from reliableq.api.base import BaseAPIView
 
 MIN_KEY_CHARS = 32
@@ -41,10 +42,14 @@ def _opened(request: HttpRequest) -> bool:
     return expected is not None and hmac.compare_digest(request.META.get("HTTP_X_BENCH_KEY", ""), expected)
 
 
-def _submit(data: dict) -> str:
+def _submit(data: dict) -> str | None:
+    """The new job's id, or None when POST /v1/jobs would refuse it (a kind not open to HTTP, a queue)."""
     kind = data["kind"]
-    registry.for_http(kind)  # NotSubmittable: the same kinds as POST /v1/jobs
-    job, _ = services.submit(kind, data["payload"], queue=rules.http_queue(data.get("queue", "default")))
+    try:
+        registry.for_http(kind)
+        job, _ = services.submit(kind, data["payload"], queue=rules.http_queue(data.get("queue", "default")))
+    except (NotSubmittable, InvalidJob):
+        return None
     return str(job.id)
 
 
@@ -59,7 +64,8 @@ def noop(request: HttpRequest) -> HttpResponse:
 def insert(request: HttpRequest) -> HttpResponse:
     if not _opened(request):
         return HttpResponse(status=404)
-    return JsonResponse({"id": _submit(json.loads(request.body))}, status=202)
+    made = _submit(json.loads(request.body))
+    return JsonResponse({"id": made}, status=202) if made else HttpResponse(status=400)
 
 
 class DRFInsert(BaseAPIView):
@@ -69,7 +75,8 @@ class DRFInsert(BaseAPIView):
     def post(self, request: Request) -> Response:
         if not _opened(request._request):
             return Response(status=404)
-        return Response({"id": _submit(request.data)}, status=202)
+        made = _submit(request.data)
+        return Response({"id": made}, status=202) if made else Response(status=400)
 
 
 urlpatterns = [path("bench/noop", noop), path("bench/insert", insert), path("bench/drf-insert", DRFInsert.as_view())]

@@ -93,3 +93,11 @@ def child_env(**overrides: Any) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+def private_log(path: Path) -> IO[bytes]:
+    """`path` opened for writing, readable by its owner only (worker logs carry lease tokens), even
+    when an earlier run left it with another mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "wb")

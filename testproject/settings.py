@@ -109,11 +109,16 @@ if not find_spec("django.tasks") and find_spec("django_tasks"):
     INSTALLED_APPS.append("django_tasks")
 
 REST_FRAMEWORK = {
-    # Jobs submitted per user (reliableq's throttle scope): its default (reliableq.api.throttles),
-    # unless the variable sets another (the benchmarks raise it, some tests lower it).
-    "DEFAULT_THROTTLE_RATES": (
-        {"reliableq_submit": os.environ["TESTPROJECT_SUBMIT_RATE"]} if "TESTPROJECT_SUBMIT_RATE" in os.environ else {}
-    ),
+    # The throttles' rates (reliableq_submit, reliableq_read, charges): their defaults, unless the
+    # variables set others (the benchmarks raise the submit rate, some tests lower them).
+    "DEFAULT_THROTTLE_RATES": {
+        **json.loads(os.environ.get("TESTPROJECT_THROTTLE_RATES", "{}")),
+        **(
+            {"reliableq_submit": os.environ["TESTPROJECT_SUBMIT_RATE"]}
+            if "TESTPROJECT_SUBMIT_RATE" in os.environ
+            else {}
+        ),
+    },
 }
 
 USE_TZ = True

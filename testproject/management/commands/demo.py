@@ -11,7 +11,6 @@ backlog and an operator account to log in with (testproject/tour.py), until Ctrl
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -89,10 +88,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def spawn(self, name: str, start: Any, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        # 0600: worker logs carry lease tokens (fchmod too: a log left by an earlier run keeps its mode).
-        fd = os.open(LOG_DIR / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        log = os.fdopen(fd, "wb")
+        log = processes.private_log(LOG_DIR / f"{name}.log")
         self.logs.append(log)
         process = start(*args, log=log, **kwargs)
         self.started.append(process)
