@@ -25,8 +25,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from reliableq import registry, rules, services
-from reliableq.errors import InvalidJob, NotSubmittable
 from reliableq.api.base import BaseAPIView
+from reliableq.errors import InvalidJob, NotSubmittable
 
 MIN_KEY_CHARS = 32
 
