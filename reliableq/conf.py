@@ -33,6 +33,12 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_QUEUES": ["default"],
     # The most unfinished jobs one HTTP submitter may hold at once (429 past it); None: no bound.
     "MAX_PENDING_PER_SUBMITTER": 100_000,
+    # Where sync handlers' attempts run unless the handler says: "thread" (the worker's threads) or "process".
+    "ISOLATION": "thread",
+    # Under process isolation, a child is replaced after this many attempts (None: never) ...
+    "CHILD_MAX_JOBS": None,
+    # ... or once its resident memory after an attempt is over this many MB (None: never).
+    "CHILD_MAX_MEMORY_MB": None,
     # /v1/metrics and the dashboard's figures are computed at most this often per process (0: every time).
     "STATS_CACHE_SECONDS": 5.0,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,23 @@ class Handler:
     http: bool = False  # POST /v1/jobs may submit this kind (users holding reliableq.submit_job)
     max_running_per_key: int | None = None  # fleet-wide cap per concurrency_key
     rate_limit: Rate | None = None  # fleet-wide starts per window
+    isolation: str | None = None  # "thread" or "process"; None: RELIABLEQ["ISOLATION"] (async ones: the loop)
+
+    @property
+    def is_async(self) -> bool:
+        """An `async def` handler: awaited on the worker's event loop (or in its child, under process isolation)."""
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def runs_in(self) -> str:
+        """Where an attempt runs: "process" (a child), "async" (the worker's event loop) or "thread"."""
+        from .conf import reliableq_settings
+
+        if self.isolation == "process" or (
+            self.isolation is None and not self.is_async and reliableq_settings.ISOLATION == "process"
+        ):
+            return "process"
+        return "async" if self.is_async else "thread"
 
     @property
     def limits(self) -> Limits | None:
@@ -73,6 +91,7 @@ class Handler:
 
 
 _handlers: dict[str, Handler] = {}
+ISOLATIONS = (None, "thread", "process")
 
 
 def handler(
@@ -86,6 +105,7 @@ def handler(
     http: bool = False,
     max_running_per_key: int | None = None,
     rate_limit: str | None = None,
+    isolation: str | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of `kind`."""
     if not kind or len(kind) > 200:
@@ -99,6 +119,10 @@ def handler(
     if max_running_per_key is not None and max_running_per_key < 1:
         raise ValueError("max_running_per_key must be at least 1.")
     rate = Rate.parse(rate_limit) if rate_limit is not None else None
+    if isolation not in ISOLATIONS:
+        raise ValueError(
+            f"isolation must be 'thread' or 'process' (or left out for RELIABLEQ['ISOLATION']); got {isolation!r}."
+        )
     if http and is_task_kind(kind):
         raise ValueError(f"Kind {kind!r} runs Django Tasks, which are never submittable over HTTP.")
     if cron is not None:
@@ -120,6 +144,7 @@ def handler(
             http=http,
             max_running_per_key=max_running_per_key,
             rate_limit=rate,
+            isolation=isolation,
         )
         return func
 

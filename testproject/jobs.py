@@ -6,10 +6,13 @@ can be enqueued by code only, which the security tests rely on.
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import hashlib
 import os
 import signal
 import time
+from typing import Any
 
 import reliableq
 from reliableq.leases import ClaimedJob
@@ -94,6 +97,107 @@ def cancellable(job: ClaimedJob) -> None:
                 raise RuntimeError("stopped half-way")
             raise reliableq.Cancelled()
         job.cancel.wait(0.02)
+
+
+# -- handlers that misbehave: async, stuck, crashing, GIL-holding, leaking -----------------------
+
+
+@reliableq.handler("test.async_echo", http=True, keep_return=True)
+async def async_echo(job: ClaimedJob) -> dict[str, Any]:
+    """Write a row through Django's async ORM (a ChargeRequest keyed by the job), after payload['seconds']."""
+    from charges.models import ChargeRequest
+
+    await asyncio.sleep(float(job.payload.get("seconds", 0)))
+    await ChargeRequest.objects.acreate(idempotency_key=f"async:{job.id}", fault="")
+    return {"pid": os.getpid()}
+
+
+@reliableq.handler("test.async_sleep", timeout=30)
+async def async_sleep(job: ClaimedJob) -> None:
+    """Hold a slot for payload['seconds'] without holding a thread."""
+    await asyncio.sleep(float(job.payload.get("seconds", 0.05)))
+
+
+@reliableq.handler("test.async_hang", timeout=1, max_attempts=1)
+async def async_hang(job: ClaimedJob) -> None:
+    """Await forever: only its timeout's cancellation ends it."""
+    await asyncio.Event().wait()
+
+
+@reliableq.handler("test.async_cancellable", timeout=60)
+async def async_cancellable(job: ClaimedJob) -> None:
+    """Wait until an operator asks to cancel, then stop."""
+    while not job.cancel_requested:
+        await asyncio.sleep(0.02)
+    raise reliableq.Cancelled()
+
+
+@reliableq.handler("test.returns_coroutine", max_attempts=1)
+def returns_coroutine(job: ClaimedJob) -> Any:
+    """A sync handler that forgot to await: returns a coroutine instead of running it."""
+    return async_sleep(job)
+
+
+@reliableq.handler("test.hang", timeout=1, max_attempts=2)
+def hang(job: ClaimedJob) -> None:
+    """Block (nearly) forever in a thread, which nothing can stop."""
+    time.sleep(float(job.payload.get("seconds", 3600)))
+
+
+@reliableq.handler("test.isolated_echo", isolation="process", keep_return=True)
+def isolated_echo(job: ClaimedJob) -> dict[str, Any]:
+    """Write a row with the sync ORM from a child process, after payload['seconds']; say which process."""
+    from charges.models import ChargeRequest
+
+    time.sleep(float(job.payload.get("seconds", 0)))
+    ChargeRequest.objects.create(idempotency_key=f"isolated:{job.id}:{os.getpid()}", fault="")
+    return {"pid": os.getpid()}
+
+
+@reliableq.handler("test.isolated_noop", isolation="process")
+def isolated_noop(job: ClaimedJob) -> None:
+    """Do nothing, in a child process: the cost of isolation itself."""
+
+
+@reliableq.handler("test.segfault", isolation="process", max_attempts=3)
+def segfault(job: ClaimedJob) -> None:
+    """Crash the interpreter with a real SIGSEGV (a C extension's bug): read address 0."""
+    ctypes.string_at(0)
+
+
+@reliableq.handler("test.isolated_hang", isolation="process", timeout=1, max_attempts=1)
+def isolated_hang(job: ClaimedJob) -> None:
+    """Block forever in a child, ignoring SIGTERM if payload['stubborn']: only SIGKILL ends it."""
+    if job.payload.get("stubborn"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(3600)
+
+
+@reliableq.handler("test.isolated_cancellable", isolation="process", timeout=60)
+def isolated_cancellable(job: ClaimedJob) -> None:
+    """Wait in a child until an operator asks to cancel, then stop."""
+    while not job.cancel_requested:
+        job.cancel.wait(0.02)
+    raise reliableq.Cancelled()
+
+
+def hold_the_gil(job: ClaimedJob) -> None:
+    """One C call that keeps the GIL for payload['seconds']: libc's sleep through ctypes.PyDLL,
+    which (unlike CDLL) does not release it. No other thread of the process runs meanwhile."""
+    ctypes.PyDLL(None).sleep(int(job.payload.get("seconds", 3)))
+
+
+reliableq.handler("test.gil_isolated", isolation="process", timeout=60, max_attempts=3)(hold_the_gil)
+reliableq.handler("test.gil_thread", isolation="thread", timeout=60, max_attempts=3)(hold_the_gil)
+
+_leaked: list[bytes] = []
+
+
+@reliableq.handler("test.leak", isolation="process", keep_return=True)
+def leak(job: ClaimedJob) -> dict[str, Any]:
+    """Keep payload['mb'] MB (default 200) for good, as a leaking library would; say which process."""
+    _leaked.append(b"x" * (int(job.payload.get("mb", 200)) * 1_000_000))
+    return {"pid": os.getpid()}
 
 
 def per_key(job: ClaimedJob) -> None:

@@ -19,10 +19,20 @@ class AliveFile:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._next = 0.0
+        self._failed = False
+
+    def fail(self) -> None:
+        """The worker is unhealthy (stuck handlers): remove the file and never touch it again."""
+        self._failed = True
+        if self.path is not None:
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def touch(self, now: float) -> None:
         """Mark the loop alive at monotonic time `now` (at most once per EVERY_SECONDS; no path, nothing)."""
-        if self.path is None or now < self._next:
+        if self.path is None or self._failed or now < self._next:
             return
         self._next = now + EVERY_SECONDS
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,13 @@ class Result:
     finish: Finish
     seconds: float
     value: Any = None  # what the handler returned (stored only for keep_return handlers, via the finish)
+
+
+def handler_is_async(kind: str) -> bool:
+    try:
+        return registry.get(kind).is_async
+    except registry.UnknownKind:
+        return False
 
 
 def timeout_for(kind: str) -> float:
@@ -72,40 +80,82 @@ def snoozed(job: ClaimedJob, seconds: float) -> Finish:
 
 
 def run_attempt(job: ClaimedJob) -> Result:
-    """Call the job's handler; map what it raised to an outcome."""
+    """Call the job's (sync) handler; map what it raised to an outcome."""
     started = time.monotonic()
     # The first failure window: the job is claimed, nothing has happened yet.
     faults.crash_point("after_claim_before_effect")
     try:
         handler = registry.get(job.kind)
     except registry.UnknownKind as exc:
-        # Most likely a rolling deploy: another worker may know the kind, so retry.
-        error = clean(f"{exc} on worker {job.worker_id}")
-        return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
-    value = None
+        return unknown_kind(job, exc)
     try:
         value = handler.func(job)
-    except PermanentError as exc:
-        finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
-    except Cancelled as exc:
-        finish = cancelled(job, error=describe(exc))
-    except Snooze as exc:
-        finish = snoozed(job, exc.seconds)
-    except Exception as exc:  # anything else is worth another try, unless an operator asked to stop
-        if job.cancel_requested:
-            finish = cancelled(job, error=describe(exc))
-        else:
-            finish = failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
-    else:
-        # The second failure window: the effect is done, the job is not yet finalized.
-        faults.crash_point("after_effect_before_finalize")
-        decision = policy.succeeded()
-        finish = Finish(
-            job_id=job.id,
-            lease_token=job.lease_token,
-            status=decision.status,
-            outcome=decision.outcome,
-            keeps_return=handler.keep_return,
-            return_value=value if handler.keep_return else None,
-        )
+        if inspect.isawaitable(value):
+            _discard(value)
+            raise PermanentError(
+                f"handler of {job.kind!r} returned {type(value).__name__}, an awaitable, instead of running: "
+                "declare it `async def` to have it awaited, or await inside it"
+            )
+    except Exception as exc:
+        return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
+    return succeeded(job, handler, value, started)
+
+
+async def run_attempt_async(job: ClaimedJob) -> Result:
+    """Await the job's `async def` handler on the running event loop; map what it raised to an outcome.
+
+    Cancellation (its timeout, or the worker going away) propagates: the caller records TIMED_OUT.
+    """
+    started = time.monotonic()
+    faults.crash_point("after_claim_before_effect")
+    try:
+        handler = registry.get(job.kind)
+    except registry.UnknownKind as exc:
+        return unknown_kind(job, exc)
+    try:
+        value = await handler.func(job)
+    except Exception as exc:
+        return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
+    return succeeded(job, handler, value, started)
+
+
+def unknown_kind(job: ClaimedJob, exc: Exception) -> Result:
+    # Most likely a rolling deploy: another worker may know the kind, so retry.
+    error = clean(f"{exc} on worker {job.worker_id}")
+    return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
+
+
+def failed(job: ClaimedJob, exc: BaseException) -> Finish:
+    """The Finish for a handler that raised `exc`."""
+    if isinstance(exc, PermanentError):
+        return failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
+    if isinstance(exc, Cancelled):
+        return cancelled(job, error=describe(exc))
+    if isinstance(exc, Snooze):
+        return snoozed(job, exc.seconds)
+    # Anything else is worth another try, unless an operator asked to stop.
+    if job.cancel_requested:
+        return cancelled(job, error=describe(exc))
+    return failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
+
+
+def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
+    # The second failure window: the effect is done, the job is not yet finalized.
+    faults.crash_point("after_effect_before_finalize")
+    decision = policy.succeeded()
+    finish = Finish(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        status=decision.status,
+        outcome=decision.outcome,
+        keeps_return=handler.keep_return,
+        return_value=value if handler.keep_return else None,
+    )
     return Result(finish=finish, seconds=time.monotonic() - started, value=value)
+
+
+def _discard(awaitable: Any) -> None:
+    """Close a coroutine nobody will await, so Python does not warn that it was never awaited."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()

@@ -62,9 +62,12 @@ class WorkerConfig:
 
 
 _WAKE = object()  # a signal or a notification arrived
+STUCK_EXIT = 3  # runworker's exit status once --concurrency handler threads are stuck
 
 
 class Worker:
+    _pool: Pool
+
     def __init__(self, config: WorkerConfig, *, store: Store | None = None) -> None:
         self.config = config
         self.store: Store = store if store is not None else DatabaseStore()
@@ -73,6 +76,8 @@ class Worker:
         self._short_result = False  # a handler shorter than linger_seconds reported since the last write
         self._stopping = False
         self._stop_deadline = 0.0
+        self._exit_code = 0  # what run() returns once drained (STUCK_EXIT after stuck handlers)
+        self._alive = AliveFile(config.health_file)
         self._signals = 0
         self.producer: Producer | None = None
         self.completer: Completer | None = None
@@ -93,6 +98,11 @@ class Worker:
         if self._signals > 1:
             logger.warning("second signal: exiting now, %s lease(s) left to expire", len(self.ledger.held()))
             os._exit(1)
+        self._begin_stop()
+
+    def _begin_stop(self) -> None:
+        if self._stopping:
+            return
         self._stopping = True
         self._stop_deadline = time.monotonic() + self.config.grace_seconds
         self._events.put(_WAKE)
@@ -127,7 +137,7 @@ class Worker:
         c = self.config
         if install_signals:
             self._install_signals()
-        pool = Pool(c.concurrency, executor.run_attempt, self._events.put)
+        pool = Pool(c.concurrency, self._events.put)
         self.producer = Producer(
             self.store,
             self.ledger,
@@ -184,7 +194,8 @@ class Worker:
     def _loop(self, pool: Pool, maintenance: Maintenance) -> int:
         c = self.config
         assert self.completer is not None
-        alive = AliveFile(c.health_file)
+        self._pool = pool
+        alive = self._alive
         failures = 0
         while True:
             try:
@@ -203,14 +214,14 @@ class Worker:
             if self._stopping:
                 if not busy:
                     logger.info("worker %s drained, exiting", c.worker_id)
-                    return 0
+                    return self._exit_code
                 if time.monotonic() >= self._stop_deadline:
                     logger.warning(
                         "worker %s grace period over: %s unfinished lease(s) left to expire",
                         c.worker_id,
                         len(self.ledger.held()),
                     )
-                    return 0
+                    return self._exit_code
                 self._wait(min(0.1, max(0.0, self._stop_deadline - time.monotonic())))
                 continue
             if c.burst and idle and not busy and not self.store.has_work(c.queues):
@@ -262,15 +273,6 @@ class Worker:
                     executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc)), frees_slot=True
                 )
                 continue
-            flight = self.ledger.get(event.finish.lease_token)
-            if flight is not None and flight.timed_out:
-                # Its TIMED_OUT end is written already; this late result goes through the fence,
-                # which refuses it, and only then frees the slot the stuck handler held.
-                logger.info(
-                    "job=%s attempt=%s handler returned after its timeout; result discarded",
-                    event.finish.job_id,
-                    flight.job.attempt,
-                )
             self.completer.add(event.finish, frees_slot=True)
             if event.seconds < self.config.linger_seconds:
                 self._short_result = True
@@ -295,11 +297,33 @@ class Worker:
 
     def _expire_timeouts(self) -> None:
         assert self.completer is not None
-        for flight in self.ledger.overdue(time.monotonic()):
+        overdue = self.ledger.overdue(time.monotonic())
+        for flight in overdue:
             job = flight.job
             seconds = executor.timeout_for(job.kind)
             finish = executor.failure(
                 job, outcome=Outcome.TIMED_OUT, error=f"handler timed out after {seconds:g}s on worker {job.worker_id}"
             )
-            # The slot stays counted until the handler really returns.
-            self.completer.add(finish, frees_slot=False)
+            # The slot is free once this end is written: a coroutine is cancelled, a child killed, and
+            # a thread (which cannot be stopped) left to run on while a new one takes the slot.
+            self._pool.abandon(job)
+            self.completer.add(finish, frees_slot=True)
+        if overdue:
+            self._check_stuck()
+
+    def _check_stuck(self) -> None:
+        """Once --concurrency threads are stuck in handlers, stop claiming and exit for a fresh process."""
+        stuck = self._pool.stuck()
+        if len(stuck) < self.config.concurrency or self._exit_code:
+            return
+        logger.error(
+            "worker %s: %s handler thread(s) stuck past their timeout (%s); a thread cannot be stopped, so this "
+            "worker stops claiming and exits with status %s for its supervisor to start a fresh one",
+            self.config.worker_id,
+            len(stuck),
+            ", ".join(f"job={job.id} kind={job.kind} attempt={job.attempt}" for job in stuck),
+            STUCK_EXIT,
+        )
+        self._exit_code = STUCK_EXIT
+        self._alive.fail()
+        self._begin_stop()

@@ -1,39 +1,62 @@
-"""A fixed pool of daemon threads that run attempts and report back through a callback."""
+"""The worker's slots: at most `size` attempts in flight, run where their handler says.
+
+Sync handlers run on threads (made as needed), `async def` handlers on one event loop, and
+handlers with isolation="process" in child processes (a thread waits on each child). Every
+attempt reports back through one callback, from whatever thread ran it.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
 
+from .. import registry
 from ..leases import ClaimedJob
+from . import executor
+from .aio import EventLoop
+from .children import Children
 
 logger = logging.getLogger("reliableq.worker")
 
 
-class Pool:
-    """`size` threads; a thread stuck in a handler keeps its slot until the handler returns.
+def runs_in(kind: str) -> str:
+    """ "thread", "async" or "process": where an attempt of `kind` runs (an unknown kind: a thread)."""
+    try:
+        return registry.get(kind).runs_in
+    except registry.UnknownKind:
+        return "thread"
 
-    Daemon threads, so that a handler that never returns cannot hold the process open
-    once the worker has decided to exit. Each thread keeps its own database connection.
+
+class Pool:
+    """Slots, and the threads, event loop and children that run what fills them.
+
+    A slot is taken by submit() and given back by release(), which the loop calls once the
+    attempt's end is written. An attempt past its timeout is abandoned (abandon()): a coroutine is
+    cancelled, a child is killed, and a thread, which cannot be stopped, is left to run on: its
+    slot is given back with the TIMED_OUT end, a new thread takes it, and whatever the stuck one
+    reports later is dropped. `stuck()` lists the threads so left running.
     """
 
-    def __init__(self, size: int, run: Callable[[ClaimedJob], Any], report: Callable[[Any], None]) -> None:
+    def __init__(self, size: int, report: Callable[[Any], None]) -> None:
         self.size = size
-        self._run = run
         self._report = report
         self._work: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
-        self._busy = 0
         self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._serve, name=f"reliableq-handler-{i}", daemon=True) for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._busy = 0
+        self._idle = 0  # threads waiting for work
+        self._threads = 0
+        self._abandoned: set[uuid.UUID] = set()  # lease tokens whose report is dropped
+        self._stuck: dict[uuid.UUID, ClaimedJob] = {}  # abandoned attempts whose thread still runs them
+        self._tasks: dict[uuid.UUID, Any] = {}  # lease token -> the coroutine's future
+        self._loop: EventLoop | None = None
+        self.children = Children()
 
     @property
     def busy(self) -> int:
@@ -44,11 +67,32 @@ class Pool:
     def free(self) -> int:
         return self.size - self.busy
 
+    def stuck(self) -> list[ClaimedJob]:
+        """Attempts abandoned past their timeout whose threads still run them."""
+        with self._lock:
+            return list(self._stuck.values())
+
     def submit(self, job: ClaimedJob) -> None:
         with self._lock:
             if self._busy >= self.size:
                 raise RuntimeError("The pool has no free slot; claims must be sized to free slots.")
             self._busy += 1
+        if runs_in(job.kind) == "async":
+            if self._loop is None:
+                self._loop = EventLoop()
+            future = self._loop.start(executor.run_attempt_async(job))
+            with self._lock:
+                self._tasks[job.lease_token] = future
+            future.add_done_callback(functools.partial(self._finished_task, job))
+            return
+        with self._lock:
+            start = self._idle == 0
+            if start:
+                self._threads += 1
+            else:
+                self._idle -= 1
+        if start:
+            threading.Thread(target=self._serve, name=f"reliableq-handler-{self._threads}", daemon=True).start()
         self._work.put(job)
 
     def release(self) -> None:
@@ -61,23 +105,69 @@ class Pool:
         with self._lock:
             self._busy -= 1
 
+    def abandon(self, job: ClaimedJob) -> None:
+        """The attempt is past its timeout and its TIMED_OUT end goes out now: stop waiting for it."""
+        mode = runs_in(job.kind)
+        with self._lock:
+            self._abandoned.add(job.lease_token)
+            future = self._tasks.pop(job.lease_token, None)
+            if mode == "thread":
+                self._stuck[job.lease_token] = job
+        if future is not None:
+            future.cancel()
+        elif mode == "process":
+            self.children.kill(job.lease_token)
+
     def _serve(self) -> None:
         while True:
             job = self._work.get()
             if job is None:
                 return
             try:
-                outcome: Any = self._run(job)
+                if runs_in(job.kind) == "process":
+                    outcome: Any = self.children.run(job)
+                else:
+                    outcome = executor.run_attempt(job)
             except BaseException as exc:  # never lose a slot or a report to a surprise
                 logger.exception("job=%s attempt=%s executor crashed", job.id, job.attempt)
                 outcome = (job, exc)
             finally:
                 _drop_broken_connections()
+            self._deliver(job, outcome)
+            with self._lock:
+                if self._idle >= self.size:  # a thread back from being stuck, with enough idle ones
+                    self._threads -= 1
+                    return
+                self._idle += 1
+
+    def _finished_task(self, job: ClaimedJob, future: Any) -> None:
+        with self._lock:
+            self._tasks.pop(job.lease_token, None)
+        if future.cancelled():
+            outcome: Any = None
+        else:
+            exc = future.exception()
+            outcome = future.result() if exc is None else (job, exc)
+        self._deliver(job, outcome)
+
+    def _deliver(self, job: ClaimedJob, outcome: Any) -> None:
+        with self._lock:
+            dropped = job.lease_token in self._abandoned
+            if dropped:
+                self._abandoned.discard(job.lease_token)
+                if self._stuck.pop(job.lease_token, None) is not None:
+                    logger.warning(
+                        "job=%s attempt=%s handler returned after its timeout; result discarded", job.id, job.attempt
+                    )
+        if not dropped and outcome is not None:
             self._report(outcome)
 
     def close(self) -> None:
-        for _ in self._threads:
+        for _ in range(self._threads):
             self._work.put(None)
+        if self._loop is not None:
+            self._loop.close()
+        self.children.close()
         connections.close_all()
 
 

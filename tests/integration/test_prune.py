@@ -139,3 +139,25 @@ def test_prunejobs_refuses_a_batch_size_below_one(size: str) -> None:
 def test_prunejobs_requires_older_than() -> None:
     with pytest.raises(CommandError, match="--older-than"):
         call_command("prunejobs")
+
+
+@pytest.mark.django_db
+def test_prunejobs_dry_run_counts_and_deletes_nothing_and_status_keeps_the_others() -> None:
+    dead = finished(JobStatus.DEAD, days_ago=8)
+    done = finished(JobStatus.SUCCEEDED, days_ago=8)
+
+    dry = prune("--older-than", "0s", "--dry-run")
+    assert dry.strip() == "Would delete 2 SUCCEEDED,DEAD,CANCELLED job(s) older than 0s; deleted nothing."
+    assert Job.objects.count() == 2
+
+    only = prune("--older-than", "1d", "--status", "succeeded")
+    assert only.splitlines()[-1] == "Deleted 1 SUCCEEDED job(s) older than 1d."
+    assert list(Job.objects.values_list("pk", flat=True)) == [dead.pk]
+    assert not Job.objects.filter(pk=done.pk).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("statuses", ["PENDING", "RUNNING,DEAD", ","])
+def test_prunejobs_refuses_unfinished_statuses_and_names_the_purge(statuses: str) -> None:
+    with pytest.raises(CommandError, match="reliableq_queue purge"):
+        prune("--older-than", "1d", "--status", statuses)

@@ -51,7 +51,7 @@ class Command(BaseCommand):
         named = ",".join(statuses)
         if options["dry_run"]:
             n = services.prune(older_than=age, statuses=statuses, dry_run=True)
-            self.stdout.write(f"Would delete {n} job(s) ({named}) finished more than {options['older_than']} ago.")
+            self.stdout.write(f"Would delete {n} {named} job(s) older than {options['older_than']}; deleted nothing.")
             return
         total = 0
 
@@ -62,7 +62,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"deleted {total} finished job(s) so far")
 
         services.prune(older_than=age, batch_size=options["batch_size"], progress=progress, statuses=statuses)
-        self.stdout.write(self.style.SUCCESS(f"Deleted {total} job(s) ({named}) older than {options['older_than']}."))
+        which = "finished" if set(statuses) == set(FINISHED) else named
+        self.stdout.write(self.style.SUCCESS(f"Deleted {total} {which} job(s) older than {options['older_than']}."))
 
 
 def parse_statuses(text: str) -> list[str]:
