@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import time
@@ -22,6 +23,23 @@ def noop(job: ClaimedJob) -> None:
 def sleep(job: ClaimedJob) -> None:
     """An I/O-bound job: 50 ms of waiting (a network call, say), no CPU."""
     time.sleep(SLEEP_SECONDS)
+
+
+@reliableq.handler("bench.async_sleep", timeout=600)
+async def async_sleep(job: ClaimedJob) -> None:
+    """The same 50 ms of waiting (or payload['seconds']), awaited on the worker's event loop: no thread."""
+    await asyncio.sleep(float(job.payload.get("seconds", SLEEP_SECONDS)))
+
+
+@reliableq.handler("bench.sleep_for", timeout=600)
+def sleep_for(job: ClaimedJob) -> None:
+    """Hold a thread for payload['seconds'] (the memory reading of the handlers scenario)."""
+    time.sleep(float(job.payload.get("seconds", SLEEP_SECONDS)))
+
+
+@reliableq.handler("bench.isolated_noop", isolation="process")
+def isolated_noop(job: ClaimedJob) -> None:
+    """Nothing, in a child process: what process isolation costs per attempt."""
 
 
 @reliableq.handler("bench.hold", timeout=600)

@@ -19,6 +19,7 @@ class Profile:
     processes: tuple[int, ...]  # worker processes at fleet[1] concurrency, no-op jobs
     fleet: tuple[int, int]  # (processes, concurrency): the headline configuration; peers and ceilings match it
     io_concurrency: tuple[int, ...]  # one worker process, 50 ms jobs
+    handler_slots: tuple[int, int, int]  # the handlers scenario: (threads for 50 ms jobs, async, isolated no-ops)
     latency_rate: float  # offered load, jobs/s
     latency_seconds: float
     pileup: tuple[int, ...]  # finished rows in the table
@@ -54,6 +55,7 @@ PROFILES = {
         processes=(1, 2),
         fleet=(2, 4),
         io_concurrency=(8,),
+        handler_slots=(8, 50, 2),
         latency_rate=50,
         latency_seconds=1.0,
         pileup=(0, 2_000),
@@ -87,6 +89,7 @@ PROFILES = {
         processes=(1, 2, 4),
         fleet=(2, 16),
         io_concurrency=(8, 32, 64),
+        handler_slots=(64, 500, 8),
         latency_rate=100,
         latency_seconds=5.0,
         pileup=(0, 100_000, 1_000_000),
@@ -120,6 +123,7 @@ PROFILES = {
         processes=(1, 2, 4),
         fleet=(2, 16),
         io_concurrency=(8, 32, 64),
+        handler_slots=(64, 500, 8),
         latency_rate=100,
         latency_seconds=20.0,
         pileup=(0, 100_000, 1_000_000, 10_000_000),

@@ -117,6 +117,9 @@ class ReliableQ(System):
     KINDS = {
         "noop": "bench.noop",
         "sleep": "bench.sleep",
+        "async_sleep": "bench.async_sleep",
+        "sleep_for": "bench.sleep_for",
+        "isolated_noop": "bench.isolated_noop",
         "flaky": "bench.flaky",
         "hold": "bench.hold",
         "keyed": "bench.keyed",
@@ -172,6 +175,9 @@ class ReliableQ(System):
                 )
             else:
                 services.enqueue_many(kind, [payload or {}] * n, queue=queue)
+
+    def running(self) -> int:
+        return _one("SELECT count(*) FROM reliableq_job WHERE status = 'RUNNING'")[0]
 
     def unfinished(self) -> int:
         # Through the two partial indexes, each matched by its own predicate: `status IN (...)` matches

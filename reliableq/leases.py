@@ -23,6 +23,7 @@ tests/plans holds each statement to fixed bounds in each statistics state.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -38,6 +39,7 @@ from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from . import db, faults, planguard
+from .conf import reliableq_settings
 from .floors import ClaimFloors, RescueFloor
 from .models import Attempt, Job, JobStatus, QueueState, RateWindow, ReturnValue
 from .registry import Limits, Rate
@@ -60,6 +62,9 @@ DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs shou
 _RUNNING = "(j.status = 'RUNNING') IS TRUE"
 
 
+_CANCEL_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedJob:
     """What a handler sees: one attempt of one job, owned under one lease token."""
@@ -76,13 +81,27 @@ class ClaimedJob:
     snoozes: int = 0
     concurrency_key: str | None = None
     run_at: Any = None  # when it became due: where the claim found it (reliableq.floors)
-    # Set by the heartbeat when its renewal finds that an operator asked to cancel this job.
-    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    # Made on first use (most jobs never need one): set by the heartbeat when its renewal finds that
+    # an operator asked to cancel this job.
+    _cancel: threading.Event | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def cancel(self) -> threading.Event:
+        """Set once an operator asked to cancel this running job: a handler may wait on it."""
+        event = self._cancel
+        if event is None:
+            with _CANCEL_LOCK:
+                event = self._cancel
+                if event is None:
+                    event = threading.Event()
+                    object.__setattr__(self, "_cancel", event)
+        return event
 
     @property
     def cancel_requested(self) -> bool:
         """True once an operator asked to cancel this running job (learned at a lease renewal)."""
-        return self.cancel.is_set()
+        event = self._cancel
+        return event is not None and event.is_set()
 
     @property
     def idempotency_key(self) -> str:
@@ -863,9 +882,13 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     columns = list(
         zip(*((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay)) for f in finishes), strict=True)
     )
+    # One statement is atomic on its own: in autocommit it costs one round trip, not three (BEGIN,
+    # the statement, COMMIT). A transaction only where more must commit with it: kept return values
+    # (fenced by the same statement), or the crash point between the write and its commit.
+    together = any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
     # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     # attempts could be planned as a scan of them for each row of `closing`.
-    with db.atomic():
+    with db.atomic() if together else contextlib.nullcontext():
         with db.cursor() as cursor:
             cursor.execute(
                 f"""

@@ -67,10 +67,34 @@ def stuck(job: ClaimedJob) -> None:
 @reliableq.handler("chaos.flaky", max_attempts=6)
 def chaos_flaky(job: ClaimedJob) -> None:
     """Fail transiently with probability payload['rate'], decided by the job id and attempt (reproducible)."""
+    _chaos_roll(job)
+
+
+def _chaos_roll(job: ClaimedJob) -> None:
     rate = float(job.payload.get("rate", 0.5))
     roll = hashlib.sha256(f"{job.id}:{job.attempt}".encode()).digest()[0] / 256
     if roll < rate:
         raise reliableq.TransientError(f"dependency failed on attempt {job.attempt} (rate {rate:g})")
+
+
+@reliableq.handler("chaos.async_flaky", max_attempts=6)
+async def chaos_async_flaky(job: ClaimedJob) -> None:
+    """chaos.flaky on the worker's event loop, after payload['seconds']."""
+    await asyncio.sleep(float(job.payload.get("seconds", 0)))
+    _chaos_roll(job)
+
+
+@reliableq.handler("chaos.isolated_flaky", max_attempts=6, isolation="process")
+def chaos_isolated_flaky(job: ClaimedJob) -> None:
+    """chaos.flaky in a child process, after payload['seconds'] (the chaos suite SIGKILLs children)."""
+    time.sleep(float(job.payload.get("seconds", 0)))
+    _chaos_roll(job)
+
+
+@reliableq.handler("chaos.isolated_slow", max_attempts=4, timeout=30, isolation="process")
+def chaos_isolated_slow(job: ClaimedJob) -> None:
+    """Longer than a short lease, in a child: the worker's heartbeat keeps the job."""
+    time.sleep(float(job.payload.get("seconds", 3)))
 
 
 @reliableq.handler("chaos.slow", max_attempts=4, timeout=30)

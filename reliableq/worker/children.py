@@ -50,7 +50,7 @@ class Child:
 
 def job_fields(job: ClaimedJob) -> dict[str, Any]:
     """The claimed job as plain data for the child (its cancel event stays in the worker)."""
-    return {f.name: getattr(job, f.name) for f in dataclasses.fields(job) if f.name != "cancel"}
+    return {f.name: getattr(job, f.name) for f in dataclasses.fields(job) if not f.name.startswith("_")}
 
 
 def death(code: int | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from typing import Any
 
 from ..leases import Finish
@@ -22,6 +23,7 @@ class Completer:
         self._pool = pool
         self._unwritten: list[tuple[Finish, bool]] = []  # (finish, frees a slot once written)
         self.finished = 0
+        self.ended: Counter[str] = Counter()  # written ends by the status they left the job in (the summary's)
 
     def add(self, finish: Finish, *, frees_slot: bool) -> None:
         self._unwritten.append((finish, frees_slot))
@@ -63,12 +65,13 @@ class Completer:
                     logger.warning("job=%s attempt=%s lease lost; result discarded", finish.job_id, attempt)
                 continue
             self.finished += 1
+            self.ended[finish.status] += 1
             _log(finish, attempt)
 
 
 def _log(finish: Finish, attempt: Any) -> None:
     if finish.status == JobStatus.SUCCEEDED:
-        logger.info("job=%s attempt=%s succeeded", finish.job_id, attempt)
+        logger.debug("job=%s attempt=%s succeeded", finish.job_id, attempt)
     elif finish.status == JobStatus.PENDING:
         logger.warning(
             "job=%s attempt=%s %s, retry in %.1fs: %s",

@@ -63,6 +63,38 @@ class WorkerConfig:
 
 _WAKE = object()  # a signal or a notification arrived
 STUCK_EXIT = 3  # runworker's exit status once --concurrency handler threads are stuck
+SUMMARY_SECONDS = 60.0  # how often the worker logs what it finished, at INFO (each job: DEBUG)
+
+
+class Summary:
+    """Every SUMMARY_SECONDS, one INFO line of what the worker finished since the last one."""
+
+    def __init__(self, completer: Completer, pool: Pool, worker_id: str) -> None:
+        self._completer = completer
+        self._pool = pool
+        self._worker_id = worker_id
+        self._next = time.monotonic() + SUMMARY_SECONDS
+        self._seen: dict[str, int] = {}
+
+    def tick(self, now: float) -> None:
+        if now < self._next:
+            return
+        self._next = now + SUMMARY_SECONDS
+        ended = dict(self._completer.ended)
+        since = {status: n - self._seen.get(status, 0) for status, n in ended.items()}
+        self._seen = ended
+        total = sum(since.values())
+        if not total and not self._pool.busy:
+            return
+        parts = ", ".join(f"{n} {status.lower()}" for status, n in sorted(since.items()) if n)
+        logger.info(
+            "worker %s: %s attempt(s) ended in the last %.0fs (%s); %s in flight",
+            self._worker_id,
+            total,
+            SUMMARY_SECONDS,
+            parts or "none",
+            self._pool.busy,
+        )
 
 
 class Worker:
@@ -197,11 +229,14 @@ class Worker:
         self._pool = pool
         alive = self._alive
         failures = 0
+        summary = Summary(self.completer, pool, c.worker_id)
         while True:
             try:
                 idle = self._step(pool, maintenance)
                 failures = 0
-                alive.touch(time.monotonic())
+                now = time.monotonic()
+                alive.touch(now)
+                summary.tick(now)
             except (DatabaseError, InterfaceError) as exc:
                 failures += 1
                 # Jittered, so that a fleet does not reconnect in step after a database restart.

@@ -7,7 +7,6 @@ attempt reports back through one callback, from whatever thread ran it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -54,7 +53,6 @@ class Pool:
         self._threads = 0
         self._abandoned: set[uuid.UUID] = set()  # lease tokens whose report is dropped
         self._stuck: dict[uuid.UUID, ClaimedJob] = {}  # abandoned attempts whose thread still runs them
-        self._tasks: dict[uuid.UUID, Any] = {}  # lease token -> the coroutine's future
         self._loop: EventLoop | None = None
         self.children = Children()
 
@@ -72,19 +70,24 @@ class Pool:
         with self._lock:
             return list(self._stuck.values())
 
-    def submit(self, job: ClaimedJob) -> None:
+    def submit(self, jobs: list[ClaimedJob]) -> None:
+        """Start these attempts, each in a slot of its own."""
         with self._lock:
-            if self._busy >= self.size:
+            if self._busy + len(jobs) > self.size:
                 raise RuntimeError("The pool has no free slot; claims must be sized to free slots.")
-            self._busy += 1
-        if runs_in(job.kind) == "async":
+            self._busy += len(jobs)
+        coroutines = []
+        for job in jobs:
+            if runs_in(job.kind) == "async":
+                coroutines.append(job)
+            else:
+                self._thread_for(job)
+        if coroutines:
             if self._loop is None:
-                self._loop = EventLoop()
-            future = self._loop.start(executor.run_attempt_async(job))
-            with self._lock:
-                self._tasks[job.lease_token] = future
-            future.add_done_callback(functools.partial(self._finished_task, job))
-            return
+                self._loop = EventLoop(self._deliver)
+            self._loop.start(coroutines)
+
+    def _thread_for(self, job: ClaimedJob) -> None:
         with self._lock:
             start = self._idle == 0
             if start:
@@ -110,11 +113,10 @@ class Pool:
         mode = runs_in(job.kind)
         with self._lock:
             self._abandoned.add(job.lease_token)
-            future = self._tasks.pop(job.lease_token, None)
             if mode == "thread":
                 self._stuck[job.lease_token] = job
-        if future is not None:
-            future.cancel()
+        if mode == "async" and self._loop is not None:
+            self._loop.cancel(job.lease_token)
         elif mode == "process":
             self.children.kill(job.lease_token)
 
@@ -139,16 +141,6 @@ class Pool:
                     self._threads -= 1
                     return
                 self._idle += 1
-
-    def _finished_task(self, job: ClaimedJob, future: Any) -> None:
-        with self._lock:
-            self._tasks.pop(job.lease_token, None)
-        if future.cancelled():
-            outcome: Any = None
-        else:
-            exc = future.exception()
-            outcome = future.result() if exc is None else (job, exc)
-        self._deliver(job, outcome)
 
     def _deliver(self, job: ClaimedJob, outcome: Any) -> None:
         with self._lock:

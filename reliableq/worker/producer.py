@@ -69,15 +69,17 @@ class Producer:
 
     def _start(self, jobs: list[ClaimedJob]) -> None:
         now = time.monotonic()
+        debug = logger.isEnabledFor(logging.DEBUG)  # a line per job at DEBUG; INFO gets the loop's summary
         for job in jobs:
-            logger.info(
-                "job=%s kind=%s attempt=%s/%s token=%s claimed",
-                job.id,
-                job.kind,
-                job.attempt,
-                job.max_attempts,
-                job.lease_token,
-            )
+            if debug:
+                logger.debug(
+                    "job=%s kind=%s attempt=%s/%s token=%s claimed",
+                    job.id,
+                    job.kind,
+                    job.attempt,
+                    job.max_attempts,
+                    job.lease_token,
+                )
             self._ledger.add(job, deadline=now + executor.timeout_for(job.kind))
-            self._pool.submit(job)
+        self._pool.submit(jobs)
         self.claimed += len(jobs)

@@ -27,6 +27,7 @@ SECTIONS = [
     "## Execution throughput",
     "## Ceilings",
     "## I/O-bound jobs",
+    "## How handlers run: async, threads, processes",
     "## Latency from enqueue",
     "## Claim cost as finished jobs pile up",
     "## Long transactions",

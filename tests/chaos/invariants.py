@@ -37,7 +37,17 @@ PER_KEY_LIMIT = 2  # test.per_key's max_running_per_key
 RATE_LIMIT = 10  # test.rated's starts per second
 
 
-def check(conn: psycopg.Connection[Any], *, concurrency: int, pauses: list[tuple[Any, Any]] | tuple[()] = ()) -> Report:
+def check(
+    conn: psycopg.Connection[Any],
+    *,
+    concurrency: int,
+    pauses: list[tuple[Any, Any]] | tuple[()] = (),
+    interrupted: set[str] | frozenset[str] = frozenset(),
+    outages: list[Any] | tuple[()] = (),
+    lease_seconds: float = 0.0,
+) -> Report:
+    """Every invariant; `interrupted` names the workers killed, crashed or stopped, and `outages` the
+    database times when the database itself failed (a restart, backends terminated)."""
     report = Report()
     (total,) = conn.execute(f"SELECT count(*) FROM {JOB}").fetchone()  # type: ignore[misc]
 
@@ -123,6 +133,27 @@ def check(conn: psycopg.Connection[Any], *, concurrency: int, pauses: list[tuple
     )
     report.add("in_flight_within_concurrency", total, bad, f"worker above --concurrency {concurrency}")
     _flow_control(conn, report, total, pauses)
+
+    # 12. Under process isolation a lease expires only when its worker does: never because a child
+    # beside it died. An expired attempt of an isolated kind must have a worker that was killed,
+    # crashed or stopped, or have been running when the database failed (a lease and a half later).
+    bad = _rows(
+        conn,
+        f"""
+        SELECT a.job_id, a.number, a.worker_id, j.kind, a.started_at FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id
+         WHERE a.outcome = 'LEASE_EXPIRED' AND j.kind LIKE 'chaos.isolated%%'
+           AND a.worker_id <> ALL(%s)
+           AND NOT EXISTS (SELECT 1 FROM unnest(%s::timestamptz[]) AS o(began)
+                            WHERE o.began BETWEEN a.started_at - make_interval(secs => %s) AND a.finished_at)
+        """,
+        sorted(interrupted),
+        list(outages),
+        lease_seconds * 1.5,
+    )
+    (isolated,) = conn.execute(  # type: ignore[misc]
+        f"SELECT count(*) FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id WHERE j.kind LIKE 'chaos.isolated%%'"
+    ).fetchone()
+    report.add("isolated_lease_outlives_a_dead_child", isolated, bad, "isolated attempt expired, its worker alive")
     return report
 
 

@@ -8,6 +8,7 @@ charge service's 503 / no-answer phases. Timing still varies from run to run; th
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -98,6 +99,8 @@ class ChaosRun:
         self.pauses: list[list[Any]] = []  # [paused from, resumed at] by database time
         self.bouncer: PgBouncer | None = None
         self.watch: ServerConnections | None = None
+        self.interrupted: set[str] = set()  # workers SIGSTOPped (their leases may expire)
+        self.outages: list[tuple[Any, float]] = []  # (database time, monotonic time) a database fault began
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -238,6 +241,12 @@ class ChaosRun:
                 kind, payload = "test.snooze", {"times": self.rng.randint(1, 2), "seconds": 0.05, "budget": budget}
             elif roll < 0.85:  # some are asked to stop while they run (the cancel_running event)
                 kind, payload, budget = "test.cancellable", {"seconds": 0.6}, 4
+            elif roll < 0.89:  # async def, on each worker's event loop
+                kind, payload, budget = "chaos.async_flaky", {"rate": 0.3, "seconds": 0.05}, 6
+            elif roll < 0.94:  # isolation="process": the kill_child fault picks these children
+                kind, payload, budget = "chaos.isolated_flaky", {"rate": 0.3, "seconds": 0.3}, 6
+            elif roll < 0.96:  # in a child, longer than its lease
+                kind, payload, budget = "chaos.isolated_slow", {"seconds": round(LEASE_SECONDS * 2, 2)}, 4
             else:
                 kind, payload, budget = "demo.noop", {}, 5
             rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), kind, json.dumps(payload), budget, key))
@@ -270,6 +279,7 @@ class ChaosRun:
         pause = self.rng.uniform(1, span * 0.7)
         events += [(pause, "pause_queue"), (pause + self.rng.uniform(0.5, 2.0), "resume_queue")]
         events += [(self.rng.uniform(1, span), "cancel_running") for _ in range(self.rng.randint(2, 4))]
+        events += [(self.rng.uniform(1, span), "kill_child") for _ in range(self.rng.randint(3, 6))]
         return sorted(events)
 
     def inject(self, event: str) -> None:
@@ -281,14 +291,30 @@ class ChaosRun:
             victim = self.rng.choice(alive)
             victim.process.send_signal(signal.SIGSTOP)
             victim.stopped_until = time.monotonic() + LEASE_SECONDS + 1.0  # past its lease
+            self.interrupted.add(victim.name)
+        elif event == "kill_child":
+            # A handler's child process dies (the OOM killer, a segfault): only its own attempt may fail.
+            children = [(w, pid) for w in alive for pid in children_of(w.process.pid)]
+            if not children:
+                return
+            _, pid = self.rng.choice(children)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
         elif event == "terminate_backends":
             with self.admin() as conn:
+                began = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
                 conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name LIKE 'rq-chaos-w%%' AND pid <> pg_backend_pid()"
                 )
+            self.outages.append((began, time.monotonic()))
         elif event == "pg_restart":
+            with self.admin() as conn:
+                began = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
             embedded.restart(DATA_DIR)
+            self.outages.append((began, time.monotonic()))
         elif event.startswith("service_"):
             rates = {
                 "service_unavailable_50": (0.5, 0.0),
@@ -402,7 +428,14 @@ class ChaosRun:
             outcome.peak_listening = self.watch.peaks["listening"]
             outcome.samples = self.watch.samples
         with self.admin() as conn:
-            outcome.report = check(conn, concurrency=self.profile.concurrency, pauses=[tuple(p) for p in self.pauses])
+            outcome.report = check(
+                conn,
+                concurrency=self.profile.concurrency,
+                pauses=[tuple(p) for p in self.pauses],
+                interrupted=self.interrupted | {w.name for w in self.dead_workers},
+                outages=[began for began, _ in self.outages],
+                lease_seconds=LEASE_SECONDS,
+            )
             outcome.statuses = Counter(
                 dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall())
             )
@@ -460,6 +493,20 @@ class ChaosRun:
             for point in CRASH_POINTS:
                 counts[f"crash_{point}"] += text.count(f"SIGKILL at {point}")
         return +counts
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a worker's child processes, under isolation="process")."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
 
 
 def reproduce_command(seed: int, profile: Profile) -> str:

@@ -27,4 +27,6 @@ def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -
     assert outcome.faults["sigstop"] >= 1
     assert outcome.faults["terminate_backends"] >= 1
     assert outcome.faults["pause_queue"] == 1 and outcome.faults["cancel_running"] >= 2
+    assert outcome.faults["kill_child"] >= 1, "no child process was killed"
+    assert outcome.report.checked["isolated_lease_outlives_a_dead_child"] > 0
     assert sum(outcome.statuses.values()) == outcome.jobs

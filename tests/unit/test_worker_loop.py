@@ -194,21 +194,35 @@ def test_claims_are_sized_to_free_slots_and_never_exceed_the_concurrency():
     assert worker.claimed == worker.finished == 7
 
 
-def test_a_stuck_handler_is_timed_out_keeps_its_slot_and_its_late_result_is_refused():
+def test_a_stuck_handler_is_timed_out_its_slot_taken_by_a_new_thread_and_its_late_result_dropped():
+    SLOW.clear()
     store = FakeStore()
     [job_id] = store.add("fake.stuck")
-    worker, thread, _ = start(store, concurrency=1)
+    worker, thread, _ = start(store, concurrency=2)
     wait_until(lambda: any(f.outcome == "TIMED_OUT" for f in store.finishes), timeout=10, what="the timeout")
     assert store.rows[job_id].status == "DEAD"  # max_attempts=1: the timeout buries it
-    [other] = store.add("fake.quick")
-    assert store.rows[other].status == "PENDING", "the stuck handler still holds the only slot"
+    others = store.add("fake.quick", 3)
+    # The stuck thread runs on, but no longer holds a slot: both slots take the new jobs.
+    wait_until(lambda: all(store.rows[i].status == "SUCCEEDED" for i in others), timeout=10, what="the others")
+    assert [p.id for p in worker._pool.stuck()] == [job_id]
     SLOW.set()
-    wait_until(lambda: store.rows[other].status == "SUCCEEDED", timeout=10, what="the slot to come back")
-    late = [f for f in store.finishes if f.job_id == job_id and f.outcome == "SUCCEEDED"]
-    assert len(late) == 1, "the late result went through the fence"
-    assert store.rows[job_id].status == "DEAD", "and the fence refused it"
+    wait_until(lambda: not worker._pool.stuck(), timeout=10, what="the stuck thread to return")
+    assert not [f for f in store.finishes if f.job_id == job_id and f.outcome == "SUCCEEDED"], "late result written"
+    assert store.rows[job_id].status == "DEAD"
     worker.request_stop()
     thread.join(10)
+
+
+def test_once_every_slots_thread_is_stuck_the_worker_stops_claiming_and_exits_3():
+    SLOW.clear()
+    store = FakeStore()
+    store.add("fake.stuck", 2)
+    worker, thread, outcome = start(store, concurrency=2)
+    thread.join(10)
+    assert outcome == {"code": 3}
+    later = store.add("fake.quick")
+    assert store.rows[later[0]].status == "PENDING"
+    SLOW.set()
 
 
 def test_a_claim_whose_commit_went_unheard_is_released_before_the_next_claim():
