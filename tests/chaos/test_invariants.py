@@ -173,3 +173,19 @@ def test_a_start_inside_a_pause_is_reported(conn: psycopg.Connection[Any]) -> No
     outside = [(base + dt.timedelta(seconds=6), base + dt.timedelta(seconds=9))]
     assert "no_claim_while_paused" in check(conn, concurrency=4, pauses=inside).names
     assert "no_claim_while_paused" not in check(conn, concurrency=4, pauses=outside).names
+
+
+def test_an_isolated_lease_that_expired_while_its_worker_lived_is_reported(conn: psycopg.Connection[Any]) -> None:
+    """A child's death must fail only its own attempt: an expired lease of an isolated kind needs its worker
+    killed, crashed or stopped, or the database failing, while it ran."""
+    expired = job(conn, status="SUCCEEDED", attempts=2, kind="chaos.isolated_flaky")
+    attempt(conn, expired, 1, "LEASE_EXPIRED", worker="w2", start=5, end=8)
+    attempt(conn, expired, 2, "SUCCEEDED", worker="w3", start=9, end=10)
+    (base,) = conn.execute("SELECT '2030-01-01'::timestamptz").fetchone()  # type: ignore[misc]
+
+    assert "isolated_lease_outlives_a_dead_child" in check(conn, concurrency=4).names
+    assert "isolated_lease_outlives_a_dead_child" not in check(conn, concurrency=4, interrupted={"w2"}).names
+    during = [base + dt.timedelta(seconds=6)]
+    assert "isolated_lease_outlives_a_dead_child" not in check(conn, concurrency=4, outages=during).names
+    after = [base + dt.timedelta(seconds=20)]
+    assert "isolated_lease_outlives_a_dead_child" in check(conn, concurrency=4, outages=after).names
