@@ -16,11 +16,13 @@ never imports a module path read from a job's payload.
 from __future__ import annotations
 
 import json
-import traceback
 import uuid
 from typing import Any
 
-from . import registry, services
+from django.dispatch import receiver
+from django.utils.dateparse import parse_datetime
+
+from . import registry, services, signals
 from .errors import TransientError
 from .models import Attempt, Job, JobStatus
 from .tasks_compat import (
@@ -38,6 +40,7 @@ from .tasks_compat import (
 )
 
 KIND = registry.TASKS_KIND  # jobs enqueued before tasks had kinds of their own
+FINAL = {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
 # Every Task created for a ReliableQBackend, by module path: what a worker may run.
 _tasks: dict[str, Task] = {}
 STATUSES: dict[str, TaskResultStatus] = {
@@ -50,7 +53,15 @@ STATUSES: dict[str, TaskResultStatus] = {
 
 
 class TaskFailed(TransientError):
-    """A task raised: retried like any transient error; the message carries the class path first."""
+    """A task raised: retried like any transient error; the message carries the class path first.
+
+    `original` is what the task raised: its traceback, as Python writes it (redacted), is the one
+    the attempt stores and TaskError.traceback reads back.
+    """
+
+    def __init__(self, message: str, original: BaseException) -> None:
+        super().__init__(message)
+        self.original = original
 
 
 def task_kind(task: Task) -> str:
@@ -88,7 +99,14 @@ class ReliableQBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-        payload = {"task": task.module_path, "args": args, "kwargs": kwargs, "backend": self.alias}
+        # What .using() set, so that get_result() (in any process) gives back the Task the result was
+        # enqueued for, as Django documents TaskResult.task.
+        using = {
+            "priority": task.priority,
+            "queue_name": task.queue_name,
+            "run_after": task.run_after.isoformat() if task.run_after else None,
+        }
+        payload = {"task": task.module_path, "args": args, "kwargs": kwargs, "backend": self.alias, "using": using}
         try:
             json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -109,10 +127,29 @@ class ReliableQBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from None
         if not registry.is_task_kind(job.kind):
             raise TaskResultDoesNotExist(result_id)
-        task = registered_task(job.payload["task"])
-        attempts = list(Attempt.objects.filter(job=job).order_by("number"))
-        value = getattr(getattr(job, "return_value", None), "value", None)
-        return to_result(task, job, attempts, value)
+        return result_of(job)
+
+
+def result_of(job: Job) -> TaskResult:
+    """The TaskResult of a task's job, as stored now, for the Task it was enqueued as."""
+    attempts = list(Attempt.objects.filter(job=job).order_by("number"))
+    value = getattr(getattr(job, "return_value", None), "value", None)
+    return to_result(enqueued_task(job.payload), job, attempts, value)
+
+
+def enqueued_task(payload: dict[str, Any]) -> Task:
+    """The registered Task with what .using() changed when it was enqueued (older jobs: the Task as defined)."""
+    task = registered_task(payload["task"])
+    using = payload.get("using")
+    if not isinstance(using, dict):
+        return task
+    run_after = parse_datetime(using["run_after"]) if using.get("run_after") else None
+    return task.using(
+        priority=using.get("priority"),
+        queue_name=using.get("queue_name"),
+        run_after=run_after,
+        backend=payload.get("backend"),
+    )
 
 
 def to_result(task: Task, job: Job, attempts: list[Attempt], value: Any) -> TaskResult:
@@ -127,7 +164,7 @@ def to_result(task: Task, job: Job, attempts: list[Attempt], value: Any) -> Task
         args=job.payload.get("args", []),
         kwargs=job.payload.get("kwargs", {}),
         backend=job.payload.get("backend", "default"),
-        errors=[error for a in attempts if (error := task_error(a.error))],
+        errors=[error for a in attempts if (error := task_error(a))],
         worker_ids=[a.worker_id for a in attempts],
     )
     if job.status == JobStatus.SUCCEEDED:
@@ -135,18 +172,19 @@ def to_result(task: Task, job: Job, attempts: list[Attempt], value: Any) -> Task
     return result
 
 
-def task_error(text: str) -> TaskError | None:
-    """Read back the error an attempt stored: 'TaskFailed: <class path>: <message and traceback>'."""
+def task_error(attempt: Attempt) -> TaskError | None:
+    """Read back how an attempt failed: the class path from its error ('TaskFailed: <class path>: ...'),
+    the traceback as Python wrote it (Attempt.traceback)."""
+    text = attempt.error
     if not text:
         return None
     head, _, rest = text.partition(": ")
     if head == TaskFailed.__name__:
         path, _, rest = rest.partition(": ")
-        return TaskError(exception_class_path=path, traceback=rest)
-    # Not raised by the task itself (a timeout, a lost lease): name what the queue saw.
-    return TaskError(
-        exception_class_path=f"reliableq.errors.{head}" if head.isidentifier() else "builtins.Exception", traceback=text
-    )
+        return TaskError(exception_class_path=path, traceback=attempt.traceback or rest)
+    # Not raised by the task itself (a timeout, a lost lease, the worker's own failure): say what the
+    # queue saw, as a class that exists.
+    return TaskError(exception_class_path="builtins.Exception", traceback=attempt.traceback or text + "\n")
 
 
 @registry.handler(KIND, keep_return=True)
@@ -156,7 +194,7 @@ def run_task(job: Any) -> Any:
     path = payload.get("task")
     if not isinstance(path, str) or (job.kind != KIND and job.kind != f"{KIND}:{path}"):
         raise registry.UnknownKind(f"job {job.id} of kind {job.kind!r} does not name its task")
-    task = registered_task(path)  # never an import: unknown here is retried, as an unknown kind is
+    task = enqueued_task(payload)  # never an import: unknown here is retried, as an unknown kind is
     backend = task_backends[payload.get("backend", "default")]
     row = Job.objects.get(pk=job.id)
     attempts = list(Attempt.objects.filter(job=row).order_by("number"))
@@ -166,11 +204,17 @@ def run_task(job: Any) -> Any:
     if task.takes_context:
         args = [TaskContext(task_result=result), *args]
     try:
-        value = normalize_json(task.call(*args, **kwargs))  # Task.call runs async functions to completion
-    except Exception as exc:
+        return normalize_json(task.call(*args, **kwargs))  # Task.call runs async functions to completion
+    except BaseException as exc:  # SystemExit too: the task failed, the worker goes on
         kind = type(exc)
-        trace = "".join(traceback.format_exception(exc))
-        task_finished.send(type(backend), task_result=result)
-        raise TaskFailed(f"{kind.__module__}.{kind.__qualname__}: {exc}\n{trace}") from None
-    task_finished.send(type(backend), task_result=result)
-    return value
+        raise TaskFailed(f"{kind.__module__}.{kind.__qualname__}: {exc}", exc) from None
+
+
+@receiver(signals.job_finished)
+def _task_finished(*, job_id: uuid.UUID, kind: str, status: str, **fields: Any) -> None:
+    """Django's task_finished, once per task, when its job has committed a final state, with that result."""
+    if not registry.is_task_kind(kind) or status not in FINAL:
+        return
+    job = Job.objects.select_related("return_value").get(pk=job_id)
+    result = result_of(job)
+    task_finished.send(type(task_backends[result.backend]), task_result=result)

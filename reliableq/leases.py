@@ -41,7 +41,7 @@ from django.db.models.expressions import RawSQL
 from . import db, faults, planguard
 from .conf import reliableq_settings
 from .floors import ClaimFloors, RescueFloor
-from .models import Attempt, Job, JobStatus, QueueState, RateWindow, ReturnValue
+from .models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow, ReturnValue
 from .registry import Limits, Rate
 
 logger = logging.getLogger("reliableq.leases")
@@ -123,6 +123,7 @@ class Finish:
     delay: float = 0.0
     keeps_return: bool = False  # store return_value if (and only if) this finish passes the fence
     return_value: Any = None
+    traceback: str = ""  # a failed attempt's redacted, bounded traceback (Attempt.traceback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,8 @@ class Rescued:
 class FinishResult:
     finalized: list[uuid.UUID] = field(default_factory=list)
     lost: list[uuid.UUID] = field(default_factory=list)
+    # Finalized jobs the statement ended CANCELLED instead of retrying them (an operator had asked).
+    cancelled: set[uuid.UUID] = field(default_factory=set)
 
 
 def _sql(queryset: Any) -> tuple[str, tuple[Any, ...]]:
@@ -880,7 +883,10 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     if not finishes:
         return result
     columns = list(
-        zip(*((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay)) for f in finishes), strict=True)
+        zip(
+            *((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay), f.traceback) for f in finishes),
+            strict=True,
+        )
     )
     # One statement is atomic on its own: in autocommit it costs one round trip, not three (BEGIN,
     # the statement, COMMIT). A transaction only where more must commit with it: kept return values
@@ -893,8 +899,9 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
             cursor.execute(
                 f"""
                 WITH v AS (
-                    SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::float8[])
-                        AS v(id, token, status, outcome, error, delay)
+                    SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::float8[],
+                                         %s::text[])
+                        AS v(id, token, status, outcome, error, delay, traceback)
                 ),
                 fin AS (
                     UPDATE {JOB} j
@@ -916,22 +923,24 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                      WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {_RUNNING}
                        AND j.id = v.id AND j.lease_token = v.token
                  RETURNING j.id, v.token,
-                           CASE WHEN j.status = 'CANCELLED' THEN 'CANCELLED' ELSE v.outcome END, v.error
+                           CASE WHEN j.status = 'CANCELLED' THEN 'CANCELLED' ELSE v.outcome END, v.error, v.traceback
                 ),
                 closing AS MATERIALIZED (
-                    SELECT o.id, fin.outcome, fin.error FROM fin CROSS JOIN LATERAL (
+                    SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
                         SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
                          ORDER BY o.number DESC LIMIT 1) AS o
                 )
                 UPDATE {ATTEMPT} a
-                   SET (outcome, error, finished_at) = (
-                           SELECT c.outcome, c.error, now() FROM closing c WHERE c.id = a.id)
+                   SET (outcome, error, traceback, finished_at) = (
+                           SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
                  WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
-             RETURNING a.job_id
+             RETURNING a.job_id, a.outcome
                 """,
                 [list(c) for c in columns],
             )
-            finalized = {row[0] for row in cursor.fetchall()}
+            rows = cursor.fetchall()
+        finalized = {job_id for job_id, _ in rows}
+        result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
         result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
         kept = [f for f in finishes if f.keeps_return and f.job_id in finalized]
         if kept:

@@ -206,6 +206,8 @@ class Attempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)
     error = models.TextField(blank=True, default="")
+    # A failed attempt's traceback, as Python formats it, redacted and bounded (empty otherwise).
+    traceback = models.TextField(blank=True, default="", db_default="")
 
     objects = QueueManager["Attempt"]()
 

@@ -209,3 +209,17 @@ def clean(text: str) -> str:
     # Paths are shortened first so that the cut keeps more of the message, and redaction runs before
     # the cut so that no secret survives half-cut at the edge.
     return bound(redact(shorten_paths(text)))
+
+
+MAX_TRACEBACK_CHARS = 16_000
+
+
+def traceback_of(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """The exception's traceback as traceback.format_exception writes it, with its file paths made
+    relative and its secrets redacted, cut in the middle past `limit` (the last lines name the error)."""
+    text = redact(shorten_paths("".join(traceback.format_exception(exc))))
+    if len(text) <= limit:
+        return text
+    keep = (limit - 60) // 2
+    cut = len(text) - 2 * keep
+    return f"{text[:keep]}\n... [{cut} characters cut] ...\n{text[-keep:]}"

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import audit, db, planguard, registry, rules
+from . import audit, db, planguard, registry, rules, signals
 from .conf import reliableq_settings
 from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
@@ -131,6 +131,18 @@ _BOUNDED_SUBMIT_SQL = f"""
 """
 
 
+def _announce(made: Sequence[tuple[uuid.UUID, str, str]]) -> None:
+    """Send job_enqueued for each (id, kind, queue) once the caller's transaction commits (at once in autocommit)."""
+    if not made or not signals.job_enqueued.has_listeners():
+        return
+
+    def send() -> None:
+        for job_id, kind, queue in made:
+            signals.send(signals.job_enqueued, job_id=job_id, kind=kind, queue=queue)
+
+    transaction.on_commit(send, using=db.alias())
+
+
 def pending_bound(submitted_by: Any) -> int | None:
     """How many unfinished jobs this submitter may hold: MAX_PENDING_PER_SUBMITTER for a user, None for code."""
     if submitted_by is None:
@@ -206,6 +218,7 @@ def submit(
             raise TooManyUnfinished(held, bound)
     else:
         raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
+    _announce([(job_id, kind, queue)])
     # Only what the database decided comes back (its times); the rest is what was just inserted,
     # the payload decoded from the JSON that was stored, as a read of the row would give it.
     stored_run_at, created_at, updated_at, _ = row
@@ -499,6 +512,7 @@ def _insert_many(
             "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
         made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
+    _announce([(job.id, job.kind, job.queue) for job in made])
     return made
 
 
@@ -546,6 +560,7 @@ def enqueue_many(
         (count, _) = cursor.fetchone()
     if count != len(ids):
         raise AssertionError(f"enqueue_many stored {count} of {len(ids)} jobs")
+    _announce([(job_id, kind, queue) for job_id in ids])
     return ids
 
 

@@ -104,7 +104,11 @@ for _alias in ("default", "queue"):
 
 # @task functions run on ReliableQ (testproject/tasks.py): django.tasks on Django 6, the
 # django-tasks backport (an installed app) on Django 5.2 when it is installed.
-TASKS = {"default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "reports"]}}
+TASKS = {
+    "default": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "reports"]},
+    # A second alias of the same backend: a result names the alias its task was enqueued through.
+    "other": {"BACKEND": "reliableq.backends.ReliableQBackend", "QUEUES": ["default", "reports"]},
+}
 if not find_spec("django.tasks") and find_spec("django_tasks"):
     INSTALLED_APPS.append("django_tasks")
 

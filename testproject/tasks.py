@@ -34,3 +34,15 @@ def which_attempt(context: object) -> int:
 async def async_double(n: int) -> int:
     await asyncio.sleep(0)
     return n * 2
+
+
+@task(takes_context=True)
+def fails_once(context: object) -> str:
+    if context.attempt == 1:  # type: ignore[attr-defined]
+        raise ValueError("the first attempt fails")
+    return "second time lucky"
+
+
+@task()
+def exits(code: int) -> None:
+    raise SystemExit(code)

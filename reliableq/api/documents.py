@@ -60,7 +60,8 @@ def job(job: Job, attempts: Iterable[Attempt], *, tracebacks: bool) -> dict[str,
 
 
 def attempt(attempt: Attempt, *, tracebacks: bool) -> dict[str, Any]:
-    return {
+    """An attempt; its traceback (the handler's code and paths) only for readers holding reliableq.view_job."""
+    shown = {
         "number": attempt.number,
         "worker_id": attempt.worker_id,
         "lease_token": str(attempt.lease_token),
@@ -69,6 +70,9 @@ def attempt(attempt: Attempt, *, tracebacks: bool) -> dict[str, Any]:
         "outcome": attempt.outcome,
         "error": attempt.error if tracebacks else without_traceback(attempt.error),
     }
+    if tracebacks:
+        shown["traceback"] = attempt.traceback
+    return shown
 
 
 def queue(summary: QueueSummary) -> dict[str, Any]:

@@ -70,6 +70,11 @@ SCHEMAS: dict[str, Any] = {
             "finished_at": NULLABLE_TIME,
             "outcome": {"type": "string", "enum": list(Outcome.values)},
             "error": {"type": "string"},
+            "traceback": {
+                "type": "string",
+                "description": "A failed attempt's traceback, redacted and bounded (empty otherwise); only "
+                "for users holding reliableq.view_job.",
+            },
         },
     },
     "Job": {

@@ -10,6 +10,7 @@ the child exits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import pickle
 import queue
@@ -74,6 +75,7 @@ def main(fd: int) -> None:
                 result = executor.run_attempt(job)
         except BaseException as exc:  # SystemExit and the like: the attempt failed, the child serves on
             finish = executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=executor.describe(exc))
+            finish = dataclasses.replace(finish, traceback=executor.traceback_of(exc))
             result = executor.Result(finish=finish, seconds=0.0)
         finally:
             current.pop("job", None)

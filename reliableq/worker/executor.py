@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import faults, policy, registry
+from .. import faults, policy, registry, signals
 from ..conf import reliableq_settings
 from ..errors import Cancelled, PermanentError, Snooze
 from ..leases import ClaimedJob, Finish
 from ..models import JobStatus, Outcome
-from ..sanitize import clean, describe
+from ..sanitize import clean, describe, traceback_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +89,7 @@ def run_attempt(job: ClaimedJob) -> Result:
         handler = registry.get(job.kind)
     except registry.UnknownKind as exc:
         return unknown_kind(job, exc)
+    _started(job)
     try:
         value = handler.func(job)
         if inspect.isawaitable(value):
@@ -112,11 +114,17 @@ async def run_attempt_async(job: ClaimedJob) -> Result:
         handler = registry.get(job.kind)
     except registry.UnknownKind as exc:
         return unknown_kind(job, exc)
+    _started(job)
     try:
         value = await handler.func(job)
     except Exception as exc:
         return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
     return succeeded(job, handler, value, started)
+
+
+def _started(job: ClaimedJob) -> None:
+    if signals.job_started.has_listeners():
+        signals.send(signals.job_started, job_id=job.id, kind=job.kind, attempt=job.attempt, worker_id=job.worker_id)
 
 
 def unknown_kind(job: ClaimedJob, exc: Exception) -> Result:
@@ -126,17 +134,20 @@ def unknown_kind(job: ClaimedJob, exc: Exception) -> Result:
 
 
 def failed(job: ClaimedJob, exc: BaseException) -> Finish:
-    """The Finish for a handler that raised `exc`."""
-    if isinstance(exc, PermanentError):
-        return failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
-    if isinstance(exc, Cancelled):
-        return cancelled(job, error=describe(exc))
+    """The Finish for a handler that raised `exc`, with its traceback."""
     if isinstance(exc, Snooze):
         return snoozed(job, exc.seconds)
-    # Anything else is worth another try, unless an operator asked to stop.
-    if job.cancel_requested:
+    if isinstance(exc, Cancelled):
         return cancelled(job, error=describe(exc))
-    return failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
+    # A wrapper (the Tasks backend's TaskFailed) keeps what the code raised as `original`: its traceback.
+    trace = traceback_of(getattr(exc, "original", None) or exc)
+    if isinstance(exc, PermanentError):
+        finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=describe(exc))
+    elif job.cancel_requested:  # anything else is worth another try, unless an operator asked to stop
+        finish = cancelled(job, error=describe(exc))
+    else:
+        finish = failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
+    return dataclasses.replace(finish, traceback=trace)
 
 
 def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:

@@ -6,6 +6,7 @@ The loop holds no SQL: every database call goes through a Store (reliableq.worke
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -21,7 +22,7 @@ from django.db import DatabaseError, InterfaceError
 
 from .. import backoff, registry
 from ..models import Outcome
-from ..sanitize import describe
+from ..sanitize import describe, traceback_of
 from . import executor
 from .alive import AliveFile
 from .completer import Completer
@@ -302,13 +303,12 @@ class Worker:
                 return
             if event is _WAKE:
                 continue
-            if isinstance(event, tuple):  # the executor itself raised
+            if isinstance(event, tuple):  # the executor itself raised (SystemExit and the like)
                 job, exc = event
-                self.completer.add(
-                    executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc)), frees_slot=True
-                )
+                finish = executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=describe(exc))
+                self.completer.add(dataclasses.replace(finish, traceback=traceback_of(exc)), frees_slot=True)
                 continue
-            self.completer.add(event.finish, frees_slot=True)
+            self.completer.add(event.finish, frees_slot=True, seconds=event.seconds)
             if event.seconds < self.config.linger_seconds:
                 self._short_result = True
 
@@ -342,7 +342,7 @@ class Worker:
             # The slot is free once this end is written: a coroutine is cancelled, a child killed, and
             # a thread (which cannot be stopped) left to run on while a new one takes the slot.
             self._pool.abandon(job)
-            self.completer.add(finish, frees_slot=True)
+            self.completer.add(finish, frees_slot=True, seconds=seconds)
         if overdue:
             self._check_stuck()
 

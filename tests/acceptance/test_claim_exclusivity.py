@@ -36,7 +36,11 @@ def test_concurrent_worker_processes_never_claim_one_job_twice(spawn_worker):
         lease_expires_at=db_now() + dt.timedelta(seconds=60),
     )
     Attempt.objects.create(job=barrier, number=1, worker_id="w-barrier", lease_token=token, outcome=Outcome.RUNNING)
-    workers = [spawn_worker("--burst", "--concurrency", "4", "--lease-seconds", "5") for _ in range(WORKERS)]
+    # At DEBUG, each claim is a log line (below): the workers' own view of what they took.
+    workers = [
+        spawn_worker("--burst", "--concurrency", "4", "--lease-seconds", "5", env={"RELIABLEQ_LOG_LEVEL": "DEBUG"})
+        for _ in range(WORKERS)
+    ]
     for w in workers:
         w.wait_for_output("started", timeout=20)
 
