@@ -120,8 +120,8 @@ def read_in_another_process(result_id: str, code: str, *, db_url: str) -> dict:
         f"print(json.dumps({code}, default=str))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env={**worker_env(db_url), "DJANGO_SETTINGS_MODULE": "testproject.settings"},
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**worker_env(db_url), "DJANGO_SETTINGS_MODULE": "testproject.settings"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
