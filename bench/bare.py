@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     claim = [(sql.replace(limit, f"LIMIT {args.batch}"), swap(params, mapping)) for sql, params in spec["claim"]]
     finish_sql = spec["finish"]["sql"]
     done = 0
-    # Django's PostgreSQL backend binds on the client (ClientCursor); so does this loop.
-    # Autocommit, with explicit transactions where the worker has them: a single-statement claim
-    # or finish is sent alone, as Django sends it outside transaction.atomic().
-    with psycopg.connect(os.environ["DATABASE_URL"], cursor_factory=psycopg.ClientCursor, autocommit=True) as conn:
+    # The queue's statements bind on the server (reliableq.db.cursor: Django's ServerBindingCursor,
+    # never prepared); so does this loop. Autocommit, with explicit transactions where the worker has
+    # them: a single-statement claim or finish is sent alone, as Django sends it outside atomic().
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, prepare_threshold=None) as conn:
         claim_tx = conn.transaction if spec["claim_atomic"] else contextlib.nullcontext
         finish_tx = conn.transaction if spec["finish_atomic"] else contextlib.nullcontext
         time.sleep(max(0.0, args.start_at - time.time()))  # every process connected, then all start together
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             tokens = [r[7] for r in rows]
             n = len(ids)
             with finish_tx():
-                conn.execute(finish_sql, [ids, tokens, ["SUCCEEDED"] * n, ["SUCCEEDED"] * n, [""] * n, [0.0] * n])
+                conn.execute(
+                    finish_sql, [ids, tokens, ["SUCCEEDED"] * n, ["SUCCEEDED"] * n, [""] * n, [0.0] * n, [""] * n]
+                )
             done += n
     print(json.dumps({"done": done}))
     return 0

@@ -189,6 +189,12 @@ def segfault(job: ClaimedJob) -> None:
     ctypes.string_at(0)
 
 
+@reliableq.handler("test.isolated_exit", isolation="process", max_attempts=1)
+def isolated_exit(job: ClaimedJob) -> None:
+    """End the child process at once, with payload['code'] (default 3), as a library's fatal error might."""
+    os._exit(int(job.payload.get("code", 3)))
+
+
 @reliableq.handler("test.isolated_hang", isolation="process", timeout=1, max_attempts=1)
 def isolated_hang(job: ClaimedJob) -> None:
     """Block forever in a child, ignoring SIGTERM if payload['stubborn']: only SIGKILL ends it."""

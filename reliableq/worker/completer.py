@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import DatabaseError, InterfaceError
+
 from .. import signals
-from ..leases import Finish
+from ..leases import Finish, FinishResult
 from ..models import JobStatus, Outcome
 from .ledger import Ledger
 from .pool import Pool
@@ -17,12 +23,64 @@ from .store import Store
 logger = logging.getLogger("reliableq.worker")
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A batch of ends the writer thread has written (or failed to write: `error`)."""
+
+    batch: list[tuple[Finish, bool]]
+    result: FinishResult | None
+    error: BaseException | None = None
+
+
+class Writer(threading.Thread):
+    """Writes batches of ends on a connection of its own while the loop claims on its connection.
+
+    The claim and the finish are the two statements of every cycle; one after the other on one
+    connection, the loop waited for each in turn while PostgreSQL had a core to spare. Each batch's
+    Written goes back through `post` (the loop's events), so the loop alone touches its ledger.
+    """
+
+    def __init__(self, store: Store, post: Callable[[Written], None]) -> None:
+        super().__init__(name="reliableq-completer", daemon=True)
+        self._store = store
+        self._post = post
+        self._batches: queue.SimpleQueue[list[tuple[Finish, bool]] | None] = queue.SimpleQueue()
+
+    def write(self, batch: list[tuple[Finish, bool]]) -> None:
+        self._batches.put(batch)
+
+    def run(self) -> None:
+        while True:
+            batch = self._batches.get()
+            if batch is None:
+                self._store.reset()
+                return
+            try:
+                written = Written(batch, self._store.finish([f for f, _ in batch]))
+            except (DatabaseError, InterfaceError) as exc:
+                self._store.reset()  # this thread's connection: the next batch opens a fresh one
+                written = Written(batch, None, exc)
+            self._post(written)
+
+    def stop(self) -> None:
+        self._batches.put(None)
+        self.join(timeout=5.0)
+
+
 class Completer:
-    def __init__(self, store: Store, ledger: Ledger, pool: Pool) -> None:
+    """Collects how attempts ended and writes them in batches, one batch in flight at a time.
+
+    Slots are freed, leases dropped and ends logged only once their batch has committed (apply(),
+    on the loop's thread). Without a Writer (tests, tools), write() writes on the caller's thread.
+    """
+
+    def __init__(self, store: Store, ledger: Ledger, pool: Pool, writer: Writer | None = None) -> None:
         self._store = store
         self._ledger = ledger
         self._pool = pool
+        self._writer = writer
         self._unwritten: list[tuple[Finish, bool]] = []  # (finish, frees a slot once written)
+        self._writing: list[tuple[Finish, bool]] = []  # the batch the writer has now
         self.finished = 0
         self.ended: Counter[str] = Counter()  # written ends by the status they left the job in (the summary's)
         self._seconds: dict[uuid.UUID, float] = {}  # lease token -> the handler's run time, for job_finished
@@ -34,18 +92,16 @@ class Completer:
 
     @property
     def pending(self) -> bool:
-        return bool(self._unwritten)
+        return bool(self._unwritten or self._writing)
 
     def slots_to_free(self) -> int:
-        """How many of the unwritten ends will free a slot (a timeout's end does not: its thread runs on)."""
-        return sum(1 for _, frees in self._unwritten if frees)
+        """How many of the ends not yet committed will free a slot once they are."""
+        return sum(1 for _, frees in self._unwritten + self._writing if frees)
 
     def write(self) -> None:
-        """Write what is collected, one Finish per job per statement; free slots only after the commit.
-
-        A late result and its own timeout go in separate batches, so each is fenced on its own.
-        """
-        if not self._unwritten:
+        """Start writing what is collected, one Finish per job per batch (a late result and its own
+        timeout go in separate batches, so each is fenced on its own)."""
+        if not self._unwritten or self._writing:
             return
         first: dict[uuid.UUID, tuple[Finish, bool]] = {}
         later: list[tuple[Finish, bool]] = []
@@ -54,11 +110,27 @@ class Completer:
                 later.append(item)
             else:
                 first[item[0].job_id] = item
-        result = self._store.finish([f for f, _ in first.values()])
-        self._unwritten = later
+        self._writing, self._unwritten = list(first.values()), later
+        if self._writer is not None:
+            self._writer.write(self._writing)
+            return
+        try:
+            result = self._store.finish([f for f, _ in self._writing])
+        except BaseException:
+            self._unwritten, self._writing = self._writing + self._unwritten, []
+            raise
+        self.apply(Written(self._writing, result))
+
+    def apply(self, written: Written) -> None:
+        """The batch has committed (or failed: it is kept to be written again, and the error raised)."""
+        self._writing = []
+        if written.error is not None or written.result is None:
+            self._unwritten = written.batch + self._unwritten
+            raise written.error or RuntimeError("a batch came back without a result")
+        result = written.result
         lost = set(result.lost)
         announce = signals.job_finished.has_listeners()
-        for finish, frees in first.values():
+        for finish, frees in written.batch:
             flight = self._ledger.get(finish.lease_token)
             self._ledger.drop(finish.job_id, finish.lease_token)
             if frees:

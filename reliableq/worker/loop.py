@@ -25,7 +25,7 @@ from ..models import Outcome
 from ..sanitize import describe, traceback_of
 from . import executor
 from .alive import AliveFile
-from .completer import Completer
+from .completer import Completer, Writer, Written
 from .heartbeat import Heartbeat
 from .ledger import Ledger
 from .listener import Listener
@@ -180,7 +180,9 @@ class Worker:
             lease_seconds=c.lease_seconds,
             limits=registry.limits(),
         )
-        self.completer = Completer(self.store, self.ledger, pool)
+        writer = Writer(self.store, self._events.put)
+        writer.start()
+        self.completer = Completer(self.store, self.ledger, pool, writer)
         maintenance = Maintenance(
             self.store,
             worker_id=c.worker_id,
@@ -221,6 +223,7 @@ class Worker:
             heartbeat.stop()
             if listener is not None:
                 listener.stop()
+            writer.stop()
             pool.close()
             self.store.reset()
 
@@ -302,6 +305,9 @@ class Worker:
             except queue.Empty:
                 return
             if event is _WAKE:
+                continue
+            if isinstance(event, Written):  # a batch of ends committed (or failed: raised here, retried later)
+                self.completer.apply(event)
                 continue
             if isinstance(event, tuple):  # the executor itself raised (SystemExit and the like)
                 job, exc = event

@@ -161,8 +161,12 @@ def test_a_segfaulting_child_fails_only_its_own_attempts(spawn_worker):
 
 
 def test_a_child_that_dies_by_os_exit_or_sigkill_fails_its_attempt_with_the_reason(spawn_worker):
-    job = reliableq.enqueue("test.isolated_hang", {}, max_attempts=1)
+    exited = reliableq.enqueue("test.isolated_exit", {"code": 3})
+    job = reliableq.enqueue("test.isolated_hang", {}, max_attempts=1, priority=1)
     worker = spawn_worker("--concurrency", "1")
+    wait_until(is_status(exited.id, JobStatus.DEAD), timeout=30, what="the os._exit attempt to fail")
+    [attempt] = Attempt.objects.filter(job_id=exited.id)
+    assert attempt.outcome == Outcome.FAILED_TRANSIENT and "exited with status 3" in attempt.error
     wait_until(is_status(job.id, JobStatus.RUNNING), timeout=30, what="the claim")
     child = wait_until(lambda: children_of(worker.pid), timeout=30, what="the child")
     os.kill(next(iter(child)), signal.SIGKILL)  # the OOM killer, say
