@@ -248,3 +248,20 @@ def test_a_rated_kind_whose_window_is_full_counts_as_throttled(api):
     finally:
         registry._handlers.clear()
         registry._handlers.update(saved)
+
+
+@pytest.mark.parametrize("query", ["after=a%0A", "after=" + "x" * 101, "page_size=0", "page_size=501", "page_size=x"])
+def test_a_bad_page_of_queues_is_400(api, query):
+    problem_of(api.get(f"/v1/queues?{query}"), 400)
+
+
+def test_queues_come_a_page_at_a_time_and_every_page_costs_its_own_names(api):
+    for n in range(5):
+        reliableq.enqueue("demo.noop", {}, queue=f"q{n}")
+    first = api.get("/v1/queues?page_size=2").json()
+    second = api.get(first["next"]).json()
+    third = api.get(second["next"]).json()
+
+    assert [q["name"] for q in first["queues"]] == ["q0", "q1"]
+    assert [q["name"] for q in second["queues"]] == ["q2", "q3"]
+    assert [q["name"] for q in third["queues"]] == ["q4"] and third["next"] is None

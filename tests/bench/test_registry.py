@@ -14,6 +14,7 @@ REPORT_ORDER = [
     "throughput",
     "ceilings",
     "io",
+    "handlers",
     "latency",
     "pileup",
     "xmin",

@@ -25,7 +25,7 @@ def server_connections(query_like: str = "%") -> int:
         return int(cursor.fetchone()[0])
 
 
-def test_a_worker_holds_one_connection_for_its_loop_one_for_its_heartbeat_and_one_for_listen(db_url, spawn_worker):
+def test_a_worker_holds_a_connection_for_its_loop_completer_heartbeat_and_listen(db_url, spawn_worker):
     db = dburl.parse(db_url)
     db["OPTIONS"] = {**db["OPTIONS"], "application_name": NAME}
     spawn_worker("--concurrency", "4", env={"DATABASE_URL": dburl.build(db), "RELIABLEQ_LEASE_SECONDS": "1.5"})
@@ -41,4 +41,4 @@ def test_a_worker_holds_one_connection_for_its_loop_one_for_its_heartbeat_and_on
         return Job.objects.filter(pk__in=[j.id for j in jobs], status=JobStatus.SUCCEEDED).count() == len(jobs)
 
     wait_until(all_done, timeout=30, interval=0.05, what="the four jobs to succeed")
-    assert peak == 3  # the loop, the heartbeat, the listener; the handler threads hold none
+    assert peak == 4  # the loop, the completer, the heartbeat, the listener; the handler threads hold none
