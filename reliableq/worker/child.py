@@ -53,10 +53,16 @@ def main(fd: int) -> None:
                 message = conn.recv()
             except (EOFError, OSError):
                 os._exit(0)  # the worker is gone: nobody will read an answer
-            if message[0] == "cancel":
-                job = current.get("job")
-                if job is not None and job.lease_token == message[1]:
-                    job.cancel.set()
+            if message[0] == "run":
+                # Made here, in the order the messages came: a cancel sent right after its run finds it.
+                job = ClaimedJob(**message[1])
+                object.__setattr__(job, "_sink", lambda job, value: conn.send(("progress", value)))
+                current["job"] = job
+                inbox.put(("run", job))
+            elif message[0] == "cancel":
+                running = current.get("job")
+                if running is not None and running.lease_token == message[1]:
+                    running.cancel.set()
             else:
                 inbox.put(message)
 
@@ -66,8 +72,7 @@ def main(fd: int) -> None:
         message = inbox.get()
         if message[0] == "exit":
             return
-        job = ClaimedJob(**message[1])
-        current["job"] = job
+        job = message[1]
         try:
             if executor.handler_is_async(job.kind):
                 result = asyncio.run(executor.run_attempt_async(job))
@@ -78,7 +83,8 @@ def main(fd: int) -> None:
             finish = dataclasses.replace(finish, traceback=executor.traceback_of(exc))
             result = executor.Result(finish=finish, seconds=0.0)
         finally:
-            current.pop("job", None)
+            if current.get("job") is job:
+                current.pop("job", None)
             _drop_broken_connections()
         try:
             conn.send(("done", result.finish, result.seconds, resident_mb()))
