@@ -65,6 +65,28 @@ MAX_SELECTION = 500
 MAX_QUEUE_CHOICES = 30
 
 
+def progress_html(progress: Any) -> str:
+    """A job's last progress report as a bar (with a total) or a count, its note, and when it came."""
+    if not isinstance(progress, dict) or "done" not in progress:
+        return "-"
+    done, total, note = progress.get("done"), progress.get("total"), progress.get("note") or ""
+    at = str(progress.get("at", ""))[11:19]
+    if isinstance(total, int | float) and total > 0 and isinstance(done, int | float):
+        share = max(0.0, min(1.0, done / total))
+        return format_html(
+            '<progress class="job-progress" value="{}" max="1" title="{}"></progress> {} of {} {} <small>{}</small>',
+            f"{share:.3f}", f"{share:.0%}", done, total, note, at,
+        )  # fmt: skip
+    return format_html("{} {} <small>{}</small>", done, note, at)
+
+
+def registry_keeps_result(kind: str) -> bool:
+    try:
+        return registry.get(kind).keep_return
+    except registry.UnknownKind:
+        return True  # a kind this process does not know: show what is stored
+
+
 class RefusesNul:
     """A list whose query string holds NUL is a 400: PostgreSQL cannot compare text with it (a 500 otherwise)."""
 
@@ -132,7 +154,10 @@ class AttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["number"]
-    fields = ("number", "outcome_badge", "worker_id", "lease_token", "started_at", "finished_at", "duration", "error")
+    fields = (
+        "number", "outcome_badge", "worker_id", "lease_token", "started_at", "finished_at", "duration", "error",
+        "traceback_folded",
+    )  # fmt: skip
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -151,6 +176,17 @@ class AttemptInline(admin.TabularInline):
             "#2e7d32" if attempt.outcome == "SUCCEEDED" else "#b35900" if attempt.outcome == "RUNNING" else "#b71c1c"
         )
         return format_html('<strong style="color:{}">{}</strong>', colour, attempt.outcome)
+
+    @admin.display(description="traceback")
+    def traceback_folded(self, attempt: Attempt) -> str:
+        if not attempt.traceback:
+            return "-"
+        last = attempt.traceback.rstrip().splitlines()[-1]
+        return format_html(
+            '<details class="attempt-traceback"><summary>{}</summary><pre style="margin:0">{}</pre></details>',
+            last if len(last) <= 120 else last[:119] + "…",
+            attempt.traceback,
+        )
 
     @admin.display(description="duration")
     def duration(self, attempt: Attempt) -> str:
@@ -202,10 +238,12 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
         "concurrency_key",
         "snoozes",
         "cancel_requested",
+        "progress_bar",
         "effect_key",
         "effect_link",
         "last_error",
         "payload_pretty",
+        "result_pretty",
         "created_at",
         "updated_at",
         "finished_at",
@@ -265,7 +303,10 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_display(self, job: Job) -> str:
-        return status_badge(job.status)
+        badge = status_badge(job.status)
+        if job.status == JobStatus.RUNNING and isinstance(job.progress, dict):  # the running list shows how far
+            return format_html("{} {}", badge, progress_html(job.progress))
+        return badge
 
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:
@@ -285,6 +326,16 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
         if job.cancel_requested_at is None:
             return "-"
         return f"at {job.cancel_requested_at:%Y-%m-%d %H:%M:%S %Z}: the handler sees job.cancel_requested"
+
+    @admin.display(description="progress")
+    def progress_bar(self, job: Job) -> str:
+        return progress_html(job.progress)
+
+    @admin.display(description="result")
+    def result_pretty(self, job: Job) -> str:
+        if job.status != JobStatus.SUCCEEDED or not registry_keeps_result(job.kind):
+            return "-"
+        return format_html('<pre style="margin:0">{}</pre>', json.dumps(job.result, indent=2, sort_keys=True))
 
     @admin.display(description="effect key")
     def effect_key(self, job: Job) -> str:

@@ -63,6 +63,19 @@ _RUNNING = "(j.status = 'RUNNING') IS TRUE"
 
 
 _CANCEL_LOCK = threading.Lock()
+MAX_PROGRESS_NOTE = 200
+
+
+def progress_value(done: Any, total: Any = None, note: Any = "") -> dict[str, Any]:
+    """A progress report checked: numbers that JSON can hold, a short note."""
+    for name, number in (("done", done), ("total", total)):
+        if number is None and name == "total":
+            continue
+        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+            raise TypeError(f"job.progress(): {name} must be a finite number, not {number!r}.")
+    if not isinstance(note, str):
+        raise TypeError("job.progress(): note must be a string.")
+    return {"done": done, "total": total, "note": note[:MAX_PROGRESS_NOTE]}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,9 +94,24 @@ class ClaimedJob:
     snoozes: int = 0
     concurrency_key: str | None = None
     run_at: Any = None  # when it became due: where the claim found it (reliableq.floors)
+    trace_context: dict[str, str] | None = None  # the enqueuing span's, for the attempt's span (reliableq.tracing)
     # Made on first use (most jobs never need one): set by the heartbeat when its renewal finds that
     # an operator asked to cancel this job.
     _cancel: threading.Event | None = field(default=None, compare=False, repr=False)
+    # Where job.progress() reports (the worker's ledger, or a child's socket); None: kept on the job.
+    _sink: Any = field(default=None, compare=False, repr=False)
+    _last_progress: Any = field(default=None, compare=False, repr=False)
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Say how far the handler is: recorded at most once a second, fenced by this attempt's lease.
+
+        The admin's job page and GET /v1/jobs/<id> show the latest ({done, total, note, at}). Cheap
+        to call often: nothing is written from the handler's thread, so async handlers may call it too.
+        """
+        value = progress_value(done, total, note)
+        object.__setattr__(self, "_last_progress", value)
+        if self._sink is not None:
+            self._sink(self, value)
 
     @property
     def cancel(self) -> threading.Event:
@@ -477,14 +505,14 @@ def _claim_sql(picked_sql: str) -> str:
                        updated_at = statement_timestamp()
                  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
-                       j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key
+                       j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key, j.trace_context
             ),
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
                 SELECT id, attempts, %s, lease_token, statement_timestamp(), 'RUNNING', '' FROM claimed
             )
             SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes,
-                   concurrency_key, statement_timestamp(), run_at
+                   concurrency_key, statement_timestamp(), run_at, trace_context
               FROM claimed
              ORDER BY priority, run_at, id
             """
@@ -622,6 +650,7 @@ def _claim(
             snoozes=row[8],
             concurrency_key=row[9],
             run_at=row[11],
+            trace_context=_payload(row[12]) if row[12] is not None else None,
         )
         for row in rows
     ]
@@ -784,6 +813,24 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
             (float(lease_seconds), list(ids), list(tokens), list(ids)),
         )
         return dict(cursor.fetchall())
+
+
+def record_progress(reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
+    """Write the latest progress of these attempts in one statement, fenced by their lease tokens."""
+    reports = list(reports)
+    if not reports:
+        return 0
+    ids, tokens, values = zip(*reports, strict=True)
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {JOB} j SET progress = v.progress::jsonb || jsonb_build_object('at', now())
+              FROM unnest(%s::uuid[], %s::uuid[], %s::text[]) AS v(id, token, progress)
+             WHERE j.id = ANY(%s::uuid[]) AND {_RUNNING} AND j.id = v.id AND j.lease_token = v.token
+            """,
+            (list(ids), list(tokens), [json.dumps(v) for v in values], list(ids)),
+        )
+        return int(cursor.rowcount)
 
 
 def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:

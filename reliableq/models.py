@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import models
 from django.db.models import Q
@@ -102,6 +102,11 @@ class Job(models.Model):
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
     # When an operator asked to stop this RUNNING job; its worker learns of it at the next renewal.
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The enqueuing span's W3C trace context ({"traceparent": ..., "tracestate": ...}) when
+    # OpenTelemetry is installed and a span was active: each attempt's span is its child.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
+    # What the running handler last said of its progress ({done, total, note, at}), via job.progress().
+    progress = models.JSONField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -192,6 +197,14 @@ class Job(models.Model):
     def effect_key(self) -> str:
         """The idempotency key sent on every attempt and every replay."""
         return f"reliableq:{self.kind}:{self.id}"
+
+    @property
+    def result(self) -> Any:
+        """What the handler returned, for a SUCCEEDED job of a kind with keep_result=True (else None)."""
+        try:
+            return self.return_value.value
+        except ReturnValue.DoesNotExist:
+            return None
 
 
 class Attempt(models.Model):

@@ -106,8 +106,13 @@ def handler(
     max_running_per_key: int | None = None,
     rate_limit: str | None = None,
     isolation: str | None = None,
+    keep_result: bool = False,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
-    """Register the decorated function as the handler of `kind`."""
+    """Register the decorated function as the handler of `kind`.
+
+    `keep_result=True` stores the handler's return value (job.result); `keep_return` is its older name.
+    """
+    keep_return = keep_return or keep_result
     if not kind or len(kind) > 200:
         raise ValueError("A handler kind must be a non-empty string of at most 200 characters.")
     if max_attempts is not None and max_attempts < 1:

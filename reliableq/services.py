@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import audit, db, planguard, registry, rules, signals
+from . import audit, db, planguard, registry, rules, signals, tracing
 from .conf import reliableq_settings
 from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
@@ -92,12 +92,12 @@ def enqueue(
 
 _INSERT_COLUMNS = """id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,
                    last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key, unique_key,
-                   created_at, updated_at"""
+                   trace_context, created_at, updated_at"""
 _SUBMIT_SQL = f"""
     WITH inserted AS (
         INSERT INTO {JOB} ({_INSERT_COLUMNS})
         VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
-                '', '', %s, %s, %s, %s, %s, now(), now())
+                '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now())
         ON CONFLICT DO NOTHING
         RETURNING run_at, created_at, updated_at, queue
     )
@@ -121,7 +121,7 @@ _BOUNDED_SUBMIT_SQL = f"""
     inserted AS (
         INSERT INTO {JOB} ({_INSERT_COLUMNS})
         SELECT %s::uuid, %s, %s, %s::int, %s::jsonb, 'PENDING', 0, %s::int,
-               GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, now(), now()
+               GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now()
          WHERE (SELECT n FROM held) < %s
         ON CONFLICT DO NOTHING
         RETURNING run_at, created_at, updated_at, queue
@@ -193,31 +193,14 @@ def submit(
     submitter = "" if submitted_by is None else submitted_by.get_username()
     bound = pending_bound(submitted_by)
 
-    for _ in range(3):
-        job_id = new_job_id()
-        params = [job_id, kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter,
-                  concurrency_key, unique_key]  # fmt: skip
-        with db.cursor() as cursor:
-            if bound is None:
-                cursor.execute(_SUBMIT_SQL, params)
-                row = cursor.fetchone()
-                held = None
-            else:
-                cursor.execute(_BOUNDED_SUBMIT_SQL, [scope, bound, *params, bound])
-                *row, held = cursor.fetchone()
-                if row[0] is None:
-                    row = None
-        if row is not None:
-            break
-        # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible. A
-        # resent submission finds its job even when the submitter is at its bound.
-        found = _holder(kind, scope, dedupe_key, unique_key)
-        if found is not None:
-            return found, False
-        if held is not None and bound is not None and held >= bound:
-            raise TooManyUnfinished(held, bound)
-    else:
-        raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
+    with tracing.publishing(kind, queue) as trace_context:
+        found, row, job_id = _insert_one(
+            kind, scope, bound, dedupe_key, unique_key,
+            [kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter, concurrency_key, unique_key,
+             None if trace_context is None else json.dumps(trace_context)],
+        )  # fmt: skip
+    if found is not None:
+        return found, False
     _announce([(job_id, kind, queue)])
     # Only what the database decided comes back (its times); the rest is what was just inserted,
     # the payload decoded from the JSON that was stored, as a read of the row would give it.
@@ -243,11 +226,42 @@ def submit(
         "unique_key": unique_key,
         "snoozes": 0,
         "cancel_requested_at": None,
+        "trace_context": trace_context,
+        "progress": None,
         "created_at": created_at,
         "updated_at": updated_at,
         "finished_at": None,
     }
     return Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]), True
+
+
+def _insert_one(
+    kind: str, scope: str, bound: int | None, dedupe_key: str | None, unique_key: str | None, columns: list[Any]
+) -> tuple[Job | None, Any, uuid.UUID]:
+    """INSERT one job (its id, then `columns`); (the job a key already holds, None, id) or (None, row, id)."""
+    for _ in range(3):
+        job_id = new_job_id()
+        params = [job_id, *columns]
+        with db.cursor() as cursor:
+            if bound is None:
+                cursor.execute(_SUBMIT_SQL, params)
+                row = cursor.fetchone()
+                held = None
+            else:
+                cursor.execute(_BOUNDED_SUBMIT_SQL, [scope, bound, *params, bound])
+                *row, held = cursor.fetchone()
+                if row[0] is None:
+                    row = None
+        if row is not None:
+            return None, row, job_id
+        # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible. A
+        # resent submission finds its job even when the submitter is at its bound.
+        found = _holder(kind, scope, dedupe_key, unique_key)
+        if found is not None:
+            return found, None, job_id
+        if held is not None and bound is not None and held >= bound:
+            raise TooManyUnfinished(held, bound)
+    raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
 
 
 def _check_concurrency_key(handler: registry.Handler, key: str) -> None:
@@ -447,10 +461,10 @@ _SUBMIT_MANY_SQL = f"""
     inserted AS (
         INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
                            run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key,
-                           created_at, updated_at)
+                           trace_context, created_at, updated_at)
         SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
                GREATEST(COALESCE(n.run_at, now()), now()), '', '',
-               CASE WHEN n.ord = 1 THEN %s END, %s, %s, n.key, now(), now()
+               CASE WHEN n.ord = 1 THEN %s END, %s, %s, n.key, %s::jsonb, now(), now()
           FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
                       %s::timestamptz[], %s::text[]) WITH ORDINALITY
                AS n(id, kind, queue, priority, payload, budget, run_at, key, ord)
@@ -481,14 +495,16 @@ def _insert_many(
     ids, kinds, queues, priorities, payloads, budgets, run_ats, keys = (
         list(column) for column in zip(*rows, strict=True)
     )
-    columns = [key, scope, submitter, ids, kinds, queues, priorities, payloads, budgets,
-               run_ats, keys, len(rows)]  # fmt: skip
-    with db.cursor() as cursor:
-        if bound is None:
-            cursor.execute(_SUBMIT_MANY_UNBOUNDED, [*columns, len(rows)])
-        else:
-            cursor.execute(_SUBMIT_MANY_BOUNDED, [scope, bound, *columns, bound])
-        now, count, later_ids, later_run_ats, _, held = cursor.fetchone()
+    with tracing.publishing(kinds[0] if len(set(kinds)) == 1 else "batch", queues[0], len(rows)) as trace_context:
+        stored_context = None if trace_context is None else json.dumps(trace_context)
+        columns = [key, scope, submitter, stored_context, ids, kinds, queues, priorities, payloads, budgets,
+                   run_ats, keys, len(rows)]  # fmt: skip
+        with db.cursor() as cursor:
+            if bound is None:
+                cursor.execute(_SUBMIT_MANY_UNBOUNDED, [*columns, len(rows)])
+            else:
+                cursor.execute(_SUBMIT_MANY_BOUNDED, [scope, bound, *columns, bound])
+            now, count, later_ids, later_run_ats, _, held = cursor.fetchone()
     if count != len(rows):
         if bound is not None and held + len(rows) > bound:
             raise TooManyUnfinished(held, bound, len(rows))
@@ -509,6 +525,7 @@ def _insert_many(
             "last_error": "", "dedupe_key": key if index == 0 else None,
             "dedupe_scope": scope, "submitted_by": submitter,
             "concurrency_key": ckey, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
+            "trace_context": trace_context, "progress": None,
             "created_at": now, "updated_at": now, "finished_at": None,
         }  # fmt: skip
         made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
@@ -541,21 +558,22 @@ def enqueue_many(
     if not encoded:
         return []
     ids = [new_job_id() for _ in encoded]
-    with db.cursor() as cursor:
+    with tracing.publishing(kind, queue, len(ids)) as trace_context, db.cursor() as cursor:
+        stored_context = None if trace_context is None else json.dumps(trace_context)
         cursor.execute(
             f"""
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, created_at, updated_at)
+                                   run_at, worker_id, last_error, trace_context, created_at, updated_at)
                 SELECT new.id, %s, %s, %s, new.payload::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
-                       '', '', now(), now()
+                       '', '', %s::jsonb, now(), now()
                   FROM unnest(%s::uuid[], %s::text[]) AS new(id, payload)
                 RETURNING run_at, queue
             )
             -- One wake-up for the queue, delivered when (and only if) the transaction commits.
             SELECT count(*), CASE WHEN bool_or(run_at <= now()) THEN pg_notify('{CHANNEL}', %s) END FROM inserted
             """,
-            (kind, queue, priority, budget, run_at, ids, encoded, queue),
+            (kind, queue, priority, budget, run_at, stored_context, ids, encoded, queue),
         )
         (count, _) = cursor.fetchone()
     if count != len(ids):

@@ -16,6 +16,30 @@ class TestprojectConfig(AppConfig):
 
             task_started.connect(_record("task_started"), weak=False)
             task_finished.connect(_record("task_finished"), weak=False)
+        # ReliableQ's own signals, likewise (TESTPROJECT_JOB_SIGNALS).
+        if os.environ.get("TESTPROJECT_JOB_SIGNALS"):
+            from reliableq import signals
+
+            for name in ("job_enqueued", "job_started", "job_finished"):
+                getattr(signals, name).connect(_record_fields(name), weak=False)
+        # An OpenTelemetry SDK exporting every span of this process to a file (TESTPROJECT_OTEL_FILE).
+        if os.environ.get("TESTPROJECT_OTEL_FILE"):
+            from testproject import otel
+
+            otel.export_to(os.environ["TESTPROJECT_OTEL_FILE"])
+
+
+def _record_fields(name: str) -> Any:
+    def receive(sender: Any, **fields: Any) -> None:
+        line = {"signal": name, "pid": os.getpid(), **{k: str(v) for k, v in fields.items() if k != "signal"}}
+        if name == "job_finished":  # what a receiver reads then: the finish has committed
+            from reliableq.models import Job
+
+            line["committed_status"] = Job.objects.get(pk=fields["job_id"]).status
+        with open(os.environ["TESTPROJECT_JOB_SIGNALS"], "a") as out:
+            out.write(json.dumps(line) + "\n")
+
+    return receive
 
 
 def _record(name: str) -> Any:

@@ -230,6 +230,55 @@ def leak(job: ClaimedJob) -> dict[str, Any]:
     return {"pid": os.getpid()}
 
 
+# -- observing a job: progress, results, traces ---------------------------------------------------
+
+
+def _report_progress(job: ClaimedJob) -> None:
+    steps = int(job.payload.get("steps", 10))
+    for n in range(steps):
+        job.progress(n + 1, steps, note=f"step {n + 1}")
+        time.sleep(float(job.payload.get("step_seconds", 0.3)))
+
+
+@reliableq.handler("test.progress", timeout=120, keep_result=True)
+def reports_progress(job: ClaimedJob) -> dict[str, Any]:
+    """Report progress at every step of payload['steps'], payload['step_seconds'] apart; return a summary."""
+    _report_progress(job)
+    return {"steps": int(job.payload.get("steps", 10)), "where": "thread"}
+
+
+@reliableq.handler("test.isolated_progress", timeout=120, isolation="process")
+def isolated_progress(job: ClaimedJob) -> None:
+    """The same, from a child process."""
+    _report_progress(job)
+
+
+@reliableq.handler("test.async_progress", timeout=120)
+async def async_progress(job: ClaimedJob) -> None:
+    """The same, from the worker's event loop."""
+    steps = int(job.payload.get("steps", 10))
+    for n in range(steps):
+        job.progress(n + 1, steps)
+        await asyncio.sleep(float(job.payload.get("step_seconds", 0.3)))
+
+
+@reliableq.handler("test.keeps_result", keep_result=True, http=True)
+def keeps_result(job: ClaimedJob) -> Any:
+    """Return payload['value'] (kept: job.result)."""
+    return job.payload.get("value")
+
+
+@reliableq.handler("test.unstorable_result", keep_result=True, max_attempts=3)
+def unstorable_result(job: ClaimedJob) -> Any:
+    """Return something JSON cannot hold."""
+    return {"when": {1, 2, 3}}
+
+
+@reliableq.handler("test.traced_failure", max_attempts=1)
+def traced_failure(job: ClaimedJob) -> None:
+    raise ValueError("the attempt's span records this")
+
+
 def per_key(job: ClaimedJob) -> None:
     """Hold a slot for payload['seconds']; at most 2 of one concurrency_key run at once."""
     time.sleep(float(job.payload.get("seconds", 0.2)))

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from ..models import Attempt, Job
+from ..models import Attempt, Job, JobStatus
 from ..sanitize import without_traceback
 from ..stats import QueueSummary
 
@@ -52,6 +52,9 @@ def job(job: Job, attempts: Iterable[Attempt], *, tracebacks: bool) -> dict[str,
         "unique_key": job.unique_key,
         "snoozes": job.snoozes,
         "cancel_requested": job.cancel_requested_at is not None,
+        "progress": job.progress,
+        # (Read only for a job that can have one: a job just made never costs the query.)
+        "result": job.result if job.status == JobStatus.SUCCEEDED else None,
         "created_at": time(job.created_at),
         "updated_at": time(job.updated_at),
         "finished_at": time(job.finished_at),

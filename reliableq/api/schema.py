@@ -124,6 +124,15 @@ SCHEMAS: dict[str, Any] = {
                 "type": "boolean",
                 "description": "An operator asked the running handler to stop; it ends CANCELLED when it does.",
             },
+            "progress": {
+                "type": "object",
+                "nullable": True,
+                "description": "What the running handler last reported with job.progress(): done, total, note, at.",
+            },
+            "result": {
+                "nullable": True,
+                "description": "The handler's return value, for a SUCCEEDED job of a kind with keep_result=True.",
+            },
             "created_at": TIME,
             "updated_at": TIME,
             "finished_at": NULLABLE_TIME,

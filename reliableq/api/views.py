@@ -18,7 +18,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import health, rules, services, stats
+from .. import health, rules, services, stats, tracing
 from ..errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from ..models import BatchKey, Job, JobStatus
 from . import documents, problems
@@ -35,7 +35,7 @@ def permission(codename: str) -> type[BasePermission]:
 
 def _job_or_404(job_id: str) -> Job:
     try:
-        return Job.objects.prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
+        return Job.objects.select_related("return_value").prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
     except (ValueError, Job.DoesNotExist):
         raise exceptions.NotFound(f"No job {job_id}.") from None
 
@@ -117,7 +117,7 @@ class JobListView(BaseAPIView):
     def get(self, request: Request) -> Response:
         filters = FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        jobs = Job.objects.prefetch_related("attempt_set")
+        jobs = Job.objects.select_related("return_value").prefetch_related("attempt_set")
         for name in ("status", "kind", "queue"):
             if name in filters.validated_data:
                 jobs = jobs.filter(**{name: filters.validated_data[name]})
@@ -142,18 +142,8 @@ class JobListView(BaseAPIView):
                 rules.key(key, field="Idempotency-Key")
             # 202 only after this commits: an acknowledged job is a durable job. The INSERT is one
             # statement in autocommit, so it commits as it returns (no BEGIN and COMMIT round trips).
-            job, created = services.submit(
-                sub.kind,
-                sub.payload,
-                queue=sub.queue,
-                priority=sub.priority,
-                run_at=sub.run_at,
-                max_attempts=sub.max_attempts,
-                dedupe_key=key,
-                unique_key=sub.unique_key,
-                submitted_by=request.user,
-                encoded=sub.encoded,  # parse() applied the rules: not twice
-            )
+            with tracing.incoming(request.META):
+                job, created = _submit(request, sub, key)
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
         except TooManyUnfinished as exc:
@@ -200,9 +190,10 @@ class JobBatchView(BaseAPIView):
                 rules.key(key, field="Idempotency-Key")
             subs = parse_items(items)
             # One statement in autocommit: every job commits, or none does (with a key, one transaction).
-            jobs, created = services.submit_many(
-                subs, submitted_by=request.user, key=key, fingerprint=fingerprint(items) if key else ""
-            )
+            with tracing.incoming(request.META):
+                jobs, created = services.submit_many(
+                    subs, submitted_by=request.user, key=key, fingerprint=fingerprint(items) if key else ""
+                )
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
         except Invalid as exc:
@@ -219,9 +210,24 @@ class JobBatchView(BaseAPIView):
         if created:
             documents_ = [documents.job(job, [], tracebacks=tracebacks) for job in jobs]
         else:
-            prefetch_related_objects(jobs, "attempt_set")
+            prefetch_related_objects(jobs, "attempt_set", "return_value")
             documents_ = [documents.job(job, job.attempt_set.all(), tracebacks=tracebacks) for job in jobs]
         return Response({"jobs": documents_}, status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
+
+
+def _submit(request: Request, sub: Submission, key: str | None) -> tuple[Job, bool]:
+    return services.submit(
+        sub.kind,
+        sub.payload,
+        queue=sub.queue,
+        priority=sub.priority,
+        run_at=sub.run_at,
+        max_attempts=sub.max_attempts,
+        dedupe_key=key,
+        unique_key=sub.unique_key,
+        submitted_by=request.user,
+        encoded=sub.encoded,  # parse() applied the rules: not twice
+    )
 
 
 def _charge(view: BaseAPIView, request: Request, jobs: int) -> None:

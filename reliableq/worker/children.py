@@ -111,7 +111,12 @@ class Children:
                     child.conn.send(("cancel", job.lease_token))
                     cancel_sent = True
                 if child.conn.poll(POLL_SECONDS):
-                    _, finish, seconds, rss_mb = child.conn.recv()
+                    message = child.conn.recv()
+                    if message[0] == "progress":  # job.progress() in the child: the worker writes it
+                        value = message[1]
+                        job.progress(value["done"], value["total"], value["note"])
+                        continue
+                    _, finish, seconds, rss_mb = message
                     return finish, seconds, rss_mb
         except (EOFError, OSError):
             return None

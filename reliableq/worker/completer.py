@@ -144,7 +144,7 @@ class Completer:
             status = JobStatus.CANCELLED if finish.job_id in result.cancelled else finish.status
             self.finished += 1
             self.ended[status] += 1
-            _log(finish, attempt)
+            _log(finish, attempt, flight.job.kind if flight else None)
             seconds = self._seconds.pop(finish.lease_token, 0.0)
             if announce and flight is not None:
                 signals.send(
@@ -158,9 +158,16 @@ class Completer:
                 )
 
 
-def _log(finish: Finish, attempt: Any) -> None:
+def fields(job_id: Any, kind: Any, attempt: Any, token: Any, **more: Any) -> dict[str, Any]:
+    """The log record's `extra`: what a JSON formatter (python-json-logger, structlog) emits as fields."""
+    return {"job_id": str(job_id), "kind": kind, "attempt": attempt, "lease_token": str(token), **more}
+
+
+def _log(finish: Finish, attempt: Any, kind: Any = None) -> None:
+    extra = fields(finish.job_id, kind, attempt, finish.lease_token, outcome=str(finish.outcome))
+    trace = "\n" + finish.traceback.rstrip() if finish.traceback else ""
     if finish.status == JobStatus.SUCCEEDED:
-        logger.debug("job=%s attempt=%s succeeded", finish.job_id, attempt)
+        logger.debug("job=%s attempt=%s succeeded", finish.job_id, attempt, extra=extra)
     elif finish.status == JobStatus.PENDING:
         logger.warning(
             "job=%s attempt=%s %s, retry in %.1fs: %s%s",
@@ -169,11 +176,17 @@ def _log(finish: Finish, attempt: Any) -> None:
             finish.outcome.lower(),
             finish.delay,
             finish.error,
-            "\n" + finish.traceback.rstrip() if finish.traceback else "",
+            trace,
+            extra=extra,
         )
     elif finish.status == JobStatus.CANCELLED:
         logger.info(
-            "job=%s attempt=%s cancelled (%s): %s", finish.job_id, attempt, finish.outcome.lower(), finish.error
+            "job=%s attempt=%s cancelled (%s): %s",
+            finish.job_id,
+            attempt,
+            finish.outcome.lower(),
+            finish.error,
+            extra=extra,
         )
     else:
         logger.error(
@@ -182,5 +195,6 @@ def _log(finish: Finish, attempt: Any) -> None:
             attempt,
             finish.outcome.lower(),
             finish.error,
-            "\n" + finish.traceback.rstrip() if finish.traceback else "",
+            trace,
+            extra=extra,
         )

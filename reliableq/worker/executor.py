@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import faults, policy, registry, signals
+from .. import faults, policy, registry, rules, signals, tracing
 from ..conf import reliableq_settings
 from ..errors import Cancelled, PermanentError, Snooze
 from ..leases import ClaimedJob, Finish
@@ -90,17 +91,18 @@ def run_attempt(job: ClaimedJob) -> Result:
     except registry.UnknownKind as exc:
         return unknown_kind(job, exc)
     _started(job)
-    try:
-        value = handler.func(job)
-        if inspect.isawaitable(value):
-            _discard(value)
-            raise PermanentError(
-                f"handler of {job.kind!r} returned {type(value).__name__}, an awaitable, instead of running: "
-                "declare it `async def` to have it awaited, or await inside it"
-            )
-    except Exception as exc:
-        return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
-    return succeeded(job, handler, value, started)
+    with tracing.processing(job) as span:
+        try:
+            value = handler.func(job)
+            if inspect.isawaitable(value):
+                _discard(value)
+                raise PermanentError(
+                    f"handler of {job.kind!r} returned {type(value).__name__}, an awaitable, instead of running: "
+                    "declare it `async def` to have it awaited, or await inside it"
+                )
+        except Exception as exc:
+            return _failed_in(span, job, exc, started)
+        return _succeeded_in(span, job, handler, value, started)
 
 
 async def run_attempt_async(job: ClaimedJob) -> Result:
@@ -115,11 +117,24 @@ async def run_attempt_async(job: ClaimedJob) -> Result:
     except registry.UnknownKind as exc:
         return unknown_kind(job, exc)
     _started(job)
-    try:
-        value = await handler.func(job)
-    except Exception as exc:
-        return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
-    return succeeded(job, handler, value, started)
+    with tracing.processing(job) as span:
+        try:
+            value = await handler.func(job)
+        except Exception as exc:
+            return _failed_in(span, job, exc, started)
+        return _succeeded_in(span, job, handler, value, started)
+
+
+def _failed_in(span: Any, job: ClaimedJob, exc: Exception, started: float) -> Result:
+    finish = failed(job, exc)
+    tracing.ended(span, finish.outcome, exc)
+    return Result(finish=finish, seconds=time.monotonic() - started)
+
+
+def _succeeded_in(span: Any, job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
+    result = succeeded(job, handler, value, started)
+    tracing.ended(span, result.finish.outcome)
+    return result
 
 
 def _started(job: ClaimedJob) -> None:
@@ -153,6 +168,12 @@ def failed(job: ClaimedJob, exc: BaseException) -> Finish:
 def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
     # The second failure window: the effect is done, the job is not yet finalized.
     faults.crash_point("after_effect_before_finalize")
+    if handler.keep_return:
+        why = unstorable_result(value)
+        if why:
+            error = f"the handler's return value cannot be stored (keep_result): {why}"
+            finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=clean(error))
+            return Result(finish=finish, seconds=time.monotonic() - started)
     decision = policy.succeeded()
     finish = Finish(
         job_id=job.id,
@@ -163,6 +184,23 @@ def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: f
         return_value=value if handler.keep_return else None,
     )
     return Result(finish=finish, seconds=time.monotonic() - started, value=value)
+
+
+def unstorable_result(value: Any) -> str | None:
+    """Why a return value cannot be kept as JSON within MAX_PAYLOAD_BYTES, or None."""
+    try:
+        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"{exc} (return JSON: dicts, lists, strings, numbers, booleans, None)"
+    except RecursionError:
+        return "it is nested too deeply"
+    why = rules.unstorable(value)
+    if why:
+        return why
+    limit = int(reliableq_settings.MAX_PAYLOAD_BYTES)
+    if len(encoded) > limit:
+        return f"it is {len(encoded)} bytes as JSON; the limit is {limit} (MAX_PAYLOAD_BYTES)"
+    return None
 
 
 def _discard(awaitable: Any) -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.db import DatabaseError, InterfaceError
 
 from .store import DatabaseStore, Store
 
 logger = logging.getLogger("reliableq.worker")
+PROGRESS_SECONDS = 1.0
 
 
 class Heartbeat(threading.Thread):
@@ -23,6 +26,7 @@ class Heartbeat(threading.Thread):
         lease_seconds: float,
         on_cancel: Callable[[list[uuid.UUID]], None] | None = None,
         store: Store | None = None,
+        progress: Callable[[], list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]] | None = None,
     ) -> None:
         super().__init__(name="reliableq-heartbeat", daemon=True)
         self._store: Store = store if store is not None else DatabaseStore()
@@ -31,12 +35,29 @@ class Heartbeat(threading.Thread):
         self._on_cancel = on_cancel
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / 3.0
+        self._progress = progress
         self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._halt.wait(self.interval):
-            self.beat()
+        # Renew every third of the lease; in between, every PROGRESS_SECONDS, write the handlers'
+        # latest progress (at most one write a second per job, whatever they report).
+        next_beat = time.monotonic() + self.interval
+        while not self._halt.wait(max(0.0, min(PROGRESS_SECONDS, next_beat - time.monotonic()))):
+            if time.monotonic() >= next_beat:
+                self.beat()
+                next_beat = time.monotonic() + self.interval
+            self.write_progress()
         self._store.reset()
+
+    def write_progress(self) -> None:
+        reports = self._progress() if self._progress is not None else []
+        if not reports:
+            return
+        try:
+            self._store.record_progress(reports)
+        except (DatabaseError, InterfaceError) as exc:
+            logger.warning("could not record the progress of %s job(s): %s", len(reports), exc)
+            self._store.reset()
 
     def beat(self) -> None:
         held = self._held()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from ..leases import ClaimedJob
 
@@ -26,12 +27,25 @@ class Ledger:
     def __init__(self) -> None:
         self._inflight: dict[uuid.UUID, InFlight] = {}  # lease token -> attempt
         self._held: dict[uuid.UUID, uuid.UUID] = {}  # job id -> lease token, renewed by the heartbeat
+        self._progress: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}  # token -> (job id, latest)
         self._lock = threading.Lock()
 
     def add(self, job: ClaimedJob, deadline: float) -> None:
         self._inflight[job.lease_token] = InFlight(job=job, deadline=deadline)
         with self._lock:
             self._held[job.id] = job.lease_token
+        object.__setattr__(job, "_sink", self.report_progress)
+
+    def report_progress(self, job: ClaimedJob, value: dict[str, Any]) -> None:
+        """job.progress(), from any thread: the latest value waits for the heartbeat's next write."""
+        with self._lock:
+            self._progress[job.lease_token] = (job.id, value)
+
+    def take_progress(self) -> list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]:
+        """The reports since the last call, as (job id, lease token, value), for the heartbeat to write."""
+        with self._lock:
+            taken, self._progress = self._progress, {}
+        return [(job_id, token, value) for token, (job_id, value) in taken.items()]
 
     def get(self, token: uuid.UUID) -> InFlight | None:
         return self._inflight.get(token)

@@ -199,6 +199,7 @@ class Worker:
             on_lost=self._lost,
             on_cancel=self._cancel_requested,
             lease_seconds=c.lease_seconds,
+            progress=self.ledger.take_progress,
         )
         heartbeat.start()
         listener = Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE)) if c.listen else None

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from ..leases import ClaimedJob
 from ..registry import Limits
 from . import executor
+from .completer import fields
 from .ledger import Ledger
 from .pool import Pool
 from .store import Store
@@ -79,6 +80,7 @@ class Producer:
                     job.attempt,
                     job.max_attempts,
                     job.lease_token,
+                    extra=fields(job.id, job.kind, job.attempt, job.lease_token),
                 )
             self._ledger.add(job, deadline=now + executor.timeout_for(job.kind))
         self._pool.submit(jobs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from .. import db, floors, leadership, leases, scheduler, services
 from ..leases import ClaimedJob, Finish, FinishResult, Rescued
@@ -37,6 +37,9 @@ class Store(Protocol):
         """The job ids still owned, each with whether an operator asked to cancel it."""
 
     def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]: ...
+
+    def record_progress(self, reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
+        """Write the handlers' latest progress, fenced by their lease tokens."""
 
     def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]: ...
 
@@ -97,6 +100,9 @@ class DatabaseStore:
 
     def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]:
         return leases.mark_lost(held, reason=reason)
+
+    def record_progress(self, reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
+        return leases.record_progress(reports)
 
     def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
         return leases.release_unacknowledged(worker_id=worker_id, known=known)

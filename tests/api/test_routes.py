@@ -40,6 +40,8 @@ JOB_FIELDS = {
     "unique_key",
     "snoozes",
     "cancel_requested",
+    "progress",
+    "result",
     "created_at",
     "updated_at",
     "finished_at",

@@ -1,0 +1,112 @@
+"""OpenTelemetry, when opentelemetry-api is installed (`pip install "django-reliableq[otel]"`).
+
+`enqueue` runs in a PRODUCER span `<kind> publish` and stores its W3C trace context on the job;
+each attempt runs in a CONSUMER span `<kind> process` whose parent is that stored context, so the
+attempt shows up under the request that enqueued it, across processes. Attributes follow the
+messaging semantic conventions (messaging.system "reliableq", the queue as the destination, the
+job id as the message id) plus the attempt number and its outcome; a failed attempt records its
+exception. Without the package every function here is a no-op that costs a branch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError:  # the optional extra is not installed
+    trace = None  # type: ignore[assignment]
+
+logger = logging.getLogger("reliableq.tracing")
+SYSTEM = "reliableq"
+_TRACER = "reliableq"
+
+
+def enabled() -> bool:
+    return trace is not None
+
+
+@contextmanager
+def publishing(kind: str, queue: str, count: int = 1) -> Iterator[dict[str, str] | None]:
+    """A PRODUCER span around an enqueue; yields the W3C context to store on the job(s), or None."""
+    if trace is None:
+        yield None
+        return
+    tracer = trace.get_tracer(_TRACER)
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "publish",
+        "messaging.destination.name": queue,
+        "reliableq.kind": kind,
+    }
+    if count != 1:
+        attributes["messaging.batch.message_count"] = count
+    with tracer.start_as_current_span(f"{kind} publish", kind=SpanKind.PRODUCER, attributes=attributes) as span:
+        carrier: dict[str, str] = {}
+        if span.get_span_context().is_valid:
+            propagate.inject(carrier)
+        yield carrier or None
+
+
+@contextmanager
+def incoming(headers: dict[str, Any]) -> Iterator[None]:
+    """Within a request that carries a W3C `traceparent` and no span of the project's own
+    instrumentation, make that context current: the job's publish span becomes its child."""
+    if trace is None or trace.get_current_span().get_span_context().is_valid or "HTTP_TRACEPARENT" not in headers:
+        yield
+        return
+    carrier = {"traceparent": headers["HTTP_TRACEPARENT"]}
+    if "HTTP_TRACESTATE" in headers:
+        carrier["tracestate"] = headers["HTTP_TRACESTATE"]
+    token = otel_context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+@contextmanager
+def processing(job: Any) -> Iterator[Any]:
+    """A CONSUMER span for one attempt, a child of the context stored at enqueue; yields the span (or None)."""
+    if trace is None:
+        yield None
+        return
+    carrier = job.trace_context if isinstance(job.trace_context, dict) else None
+    try:
+        parent = propagate.extract(carrier) if carrier else otel_context.Context()
+    except Exception:  # a stored context it cannot read: the attempt runs in a trace of its own
+        logger.warning("job=%s: its stored trace context cannot be read; tracing the attempt on its own", job.id)
+        parent = otel_context.Context()
+    tracer = trace.get_tracer(_TRACER)
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": str(job.id),
+        "reliableq.kind": job.kind,
+        "reliableq.attempt": job.attempt,
+    }
+    with tracer.start_as_current_span(
+        f"{job.kind} process",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def ended(span: Any, outcome: str, exc: BaseException | None = None) -> None:
+    """Say on the attempt's span how it ended; a failure records its exception."""
+    if span is None:
+        return
+    span.set_attribute("reliableq.outcome", str(outcome))
+    if exc is not None:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
