@@ -38,3 +38,20 @@ if os.environ.get("BENCH_CLAIM_LOG"):
             "reliableq.worker.claim": {"handlers": ["claims"], "level": "DEBUG", "propagate": False},
         },
     }
+
+# The tracing scenario's workers with a real SDK that records every span and drops it when exported.
+# BENCH_OTEL=sampled: the same with 1% of the traces sampled (ParentBased(TraceIdRatioBased(0.01))).
+if os.environ.get("BENCH_OTEL") in ("sdk", "sampled"):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    class _Drop(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            return SpanExportResult.SUCCESS
+
+    _sampled = os.environ["BENCH_OTEL"] == "sampled"
+    _provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01))) if _sampled else TracerProvider()
+    _provider.add_span_processor(BatchSpanProcessor(_Drop()))
+    trace.set_tracer_provider(_provider)

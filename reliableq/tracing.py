@@ -5,7 +5,8 @@ each attempt runs in a CONSUMER span `<kind> process` whose parent is that store
 attempt shows up under the request that enqueued it, across processes. Attributes follow the
 messaging semantic conventions (messaging.system "reliableq", the queue as the destination, the
 job id as the message id) plus the attempt number and its outcome; a failed attempt records its
-exception. Without the package every function here is a no-op that costs a branch.
+exception. Without the package, or without an SDK configured (the API's own no-op provider), every function
+here is a no-op that costs a check.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ _TRACER = "reliableq"
 
 
 def enabled() -> bool:
-    return trace is not None
+    """Whether spans are made: the API installed and a tracer provider configured (an SDK)."""
+    return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 @contextmanager
 def publishing(kind: str, queue: str, count: int = 1) -> Iterator[dict[str, str] | None]:
     """A PRODUCER span around an enqueue; yields the W3C context to store on the job(s), or None."""
-    if trace is None:
+    if not enabled():  # no API, or no SDK: nothing would record a span
         yield None
         return
     tracer = trace.get_tracer(_TRACER)
@@ -57,7 +59,7 @@ def publishing(kind: str, queue: str, count: int = 1) -> Iterator[dict[str, str]
 def incoming(headers: dict[str, Any]) -> Iterator[None]:
     """Within a request that carries a W3C `traceparent` and no span of the project's own
     instrumentation, make that context current: the job's publish span becomes its child."""
-    if trace is None or trace.get_current_span().get_span_context().is_valid or "HTTP_TRACEPARENT" not in headers:
+    if not enabled() or "HTTP_TRACEPARENT" not in headers or trace.get_current_span().get_span_context().is_valid:
         yield
         return
     carrier = {"traceparent": headers["HTTP_TRACEPARENT"]}
@@ -73,7 +75,7 @@ def incoming(headers: dict[str, Any]) -> Iterator[None]:
 @contextmanager
 def processing(job: Any) -> Iterator[Any]:
     """A CONSUMER span for one attempt, a child of the context stored at enqueue; yields the span (or None)."""
-    if trace is None:
+    if not enabled():
         yield None
         return
     carrier = job.trace_context if isinstance(job.trace_context, dict) else None

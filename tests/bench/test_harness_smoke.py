@@ -28,6 +28,7 @@ SECTIONS = [
     "## Ceilings",
     "## I/O-bound jobs",
     "## How handlers run: async, threads, processes",
+    "## OpenTelemetry's cost",
     "## Latency from enqueue",
     "## Claim cost as finished jobs pile up",
     "## Long transactions",

@@ -15,6 +15,7 @@ REPORT_ORDER = [
     "ceilings",
     "io",
     "handlers",
+    "tracing",
     "latency",
     "pileup",
     "xmin",
