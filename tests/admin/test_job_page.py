@@ -149,3 +149,21 @@ def test_non_charge_job_page_has_no_charges_link(operator_client: Client) -> Non
     page = body(operator_client.get(page_url(job)))
 
     assert "/admin/charges/charge/" not in section(page, "field-effect_link", "</fieldset>")
+
+
+def test_a_running_jobs_progress_is_a_bar_on_its_page_and_in_the_list(operator_client):
+    import reliableq
+    from reliableq import leases
+    from tests.api.jobs import claim_one, fresh_queue
+
+    queue = fresh_queue()
+    job = reliableq.enqueue("demo.noop", {}, queue=queue)
+    claimed = claim_one(queue)
+    leases.record_progress([(job.id, claimed.lease_token, {"done": 3, "total": 12, "note": "rows"})])
+
+    page = operator_client.get(f"/admin/reliableq/job/{job.id}/change/").content.decode()
+    listing = operator_client.get("/admin/reliableq/job/?status__exact=RUNNING").content.decode()
+
+    for html in (page, listing):
+        assert '<progress class="job-progress" value="0.250" max="1"' in html, html[:2000]
+        assert "3 of 12 rows" in html

@@ -161,3 +161,18 @@ def test_prunejobs_dry_run_counts_and_deletes_nothing_and_status_keeps_the_other
 def test_prunejobs_refuses_unfinished_statuses_and_names_the_purge(statuses: str) -> None:
     with pytest.raises(CommandError, match="reliableq_queue purge"):
         prune("--older-than", "1d", "--status", statuses)
+
+
+@pytest.mark.django_db
+def test_a_kept_result_is_deleted_with_its_job() -> None:
+    """Retention (and prunejobs) delete a job's result with the job, never leaving it behind."""
+    from reliableq.models import ReturnValue
+
+    old = finished(JobStatus.SUCCEEDED, days_ago=8)
+    ReturnValue.objects.create(job=old, value={"rows": 42})
+    assert Job.objects.get(pk=old.pk).result == {"rows": 42}
+
+    services.prune(older_than=dt.timedelta(days=7))
+
+    assert not Job.objects.filter(pk=old.pk).exists()
+    assert not ReturnValue.objects.filter(job_id=old.pk).exists()
