@@ -164,6 +164,6 @@ def test_a_running_jobs_progress_is_a_bar_on_its_page_and_in_the_list(operator_c
     page = operator_client.get(f"/admin/reliableq/job/{job.id}/change/").content.decode()
     listing = operator_client.get("/admin/reliableq/job/?status__exact=RUNNING").content.decode()
 
-    for html in (page, listing):
-        assert '<progress class="job-progress" value="0.250" max="1"' in html, html[:2000]
-        assert "3 of 12 rows" in html
+    for shown in (page, listing):
+        assert '<progress class="job-progress" value="0.250" max="1"' in shown, shown[:2000]
+        assert "3 of 12 rows" in shown
