@@ -167,3 +167,14 @@ def test_a_running_jobs_progress_is_a_bar_on_its_page_and_in_the_list(operator_c
     for shown in (page, listing):
         assert '<progress class="job-progress" value="0.250" max="1"' in shown, shown[:2000]
         assert "3 of 12 rows" in shown
+
+
+def test_a_failed_attempts_traceback_is_folded_under_it(operator_client):
+    job = job_in(JobStatus.DEAD)
+    trace = 'Traceback (most recent call last):\n  File "shop/jobs.py", line 3, in send\nValueError: no <order>\n'
+    Attempt.objects.filter(job=job).update(traceback=trace)
+
+    page = operator_client.get(f"/admin/reliableq/job/{job.id}/change/").content.decode()
+
+    assert '<details class="attempt-traceback"><summary>ValueError: no &lt;order&gt;</summary>' in page
+    assert "File &quot;shop/jobs.py&quot;, line 3, in send" in page  # escaped, never markup
