@@ -21,14 +21,15 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from . import charts, horizon, readcache, registry, rules, services, stats
+from . import charts, horizon, readcache, registry, rules, services, stats, workers
 from .admin_paging import CappedCountPaginator
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
-from .models import Attempt, Job, JobStatus, QueueDashboard
+from .models import Attempt, Job, JobStatus, QueueDashboard, Worker
 
 STATUS_COLOURS: dict[str, str] = {
     JobStatus.PENDING: "#205493",
@@ -596,6 +597,8 @@ class QueueDashboardAdmin(admin.ModelAdmin):
                 "dead_tuples": figures["dead_tuples"],
                 "chart_panels": figures["chart_panels"],
                 "queues": queues,
+                "unserved": workers.unserved(queues),
+                "live_workers": workers.live().count(),
                 "queues_after": after,
                 "queues_next": "?" + urlencode({"queues_after": more}) if more is not None else "",
                 "can_pause": self.has_pause_permission(request),
@@ -605,6 +608,57 @@ class QueueDashboardAdmin(admin.ModelAdmin):
 
 
 DASHBOARD_QUEUES = 50  # queues per page of the dashboard's table
+
+
+@admin.register(Worker)
+class WorkerAdmin(RefusesNul, admin.ModelAdmin):
+    """Live and recently gone workers: what each serves and how busy it was at its last beat."""
+
+    list_display = ["id", "state", "host", "pid", "queue_names", "concurrency", "busy", "isolation", "version",
+                    "started", "last_seen"]  # fmt: skip
+    list_display_links = None
+    search_fields = ["=id", "=host"]
+    search_help_text = "A worker id or a host name, exactly."
+    ordering = ["-last_seen_at"]
+    show_full_result_count = False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("reliableq.view_job")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        return workers.with_state().order_by(*self.ordering)
+
+    @admin.display(description="state")
+    def state(self, worker: Any) -> str:
+        if worker.live:
+            return mark_safe('<strong style="color:#2e7d32">live</strong>')
+        if worker.stopped_at is not None:
+            return "stopped"
+        return mark_safe('<strong style="color:#b71c1c">gone</strong>')
+
+    @admin.display(description="queues")
+    def queue_names(self, worker: Worker) -> str:
+        return ", ".join(worker.queues or [])
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, worker: Worker) -> str:
+        return f"{worker.started_at:%Y-%m-%d %H:%M:%S}"
+
+    @admin.display(description="last seen", ordering="last_seen_at")
+    def last_seen(self, worker: Worker) -> str:
+        return f"{worker.last_seen_at:%Y-%m-%d %H:%M:%S} ({timesince(worker.last_seen_at, timezone.now())} ago)"
 
 
 def _dashboard_figures() -> dict[str, Any]:

@@ -1,11 +1,13 @@
 """System checks: the queue's database is PostgreSQL (E001) and exists (E003), retention names finished
-statuses (E002), and `migrate` puts the queue's tables on the queue's database (E004) and nowhere else (W001)."""
+statuses (E002), `migrate` puts the queue's tables on the queue's database (E004) and nowhere else (W001),
+and every RELIABLEQ value has its type and range (E005)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, connections, router
 
@@ -114,3 +116,91 @@ def retention_errors(retention: Any) -> list[checks.CheckMessage]:
 
 def _positive_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and value > 0
+
+
+@checks.register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .conf import DEFAULTS
+
+    user = dict(getattr(django_settings, "RELIABLEQ", {}) or {})
+    return settings_errors({**DEFAULTS, **user}, given=set(user))
+
+
+def _number(low: float, *, strict: bool = True, integer: bool = False, none: bool = False) -> Any:
+    """A rule for a number above (or from) `low`, an integer if asked, None if allowed; and its description."""
+    kind = "an integer" if integer else "a number"
+    bound = f"greater than {low:g}" if strict else f"at least {low:g}"
+    text = f"{kind} {bound}" + (" (or None)" if none else "")
+
+    def ok(value: Any) -> bool:
+        if value is None:
+            return none
+        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+            return False
+        return value > low if strict else value >= low
+
+    return ok, text
+
+
+def _choice(*allowed: Any) -> Any:
+    return (lambda value: value in allowed), "one of " + ", ".join(repr(a) for a in allowed)
+
+
+def _alias(none: bool = False) -> Any:
+    ok = lambda value: (value is None and none) or (isinstance(value, str) and bool(value))  # noqa: E731
+    return ok, "a database alias (a name in DATABASES)" + (" or None" if none else "")
+
+
+def _http_queues(value: Any) -> bool:
+    from .rules import QUEUE
+
+    return (
+        isinstance(value, list | tuple)
+        and all(isinstance(q, str) for q in value)
+        and (list(value) == ["*"] or all(QUEUE.fullmatch(q) for q in value))
+    )
+
+
+RULES: dict[str, Any] = {
+    "LEASE_SECONDS": _number(0),
+    "MAX_ATTEMPTS": _number(1, strict=False, integer=True),
+    "BACKOFF_BASE_SECONDS": _number(0, strict=False),
+    "BACKOFF_MAX_SECONDS": _number(0, strict=False),
+    "HANDLER_TIMEOUT_SECONDS": _number(0),
+    "MAX_PAYLOAD_BYTES": _number(2, strict=False, integer=True),
+    "MAX_SCHEDULE_SECONDS": _number(0),
+    "FAULT_INJECTION": _choice(True, False),
+    "POLL_SECONDS": _number(0),
+    "LISTEN_NOTIFY": _choice(True, False),
+    "DATABASE": _alias(),
+    "LISTEN_DATABASE": _alias(none=True),
+    "SCHEDULE_SECONDS": _number(0),
+    "MAX_SNOOZES": _number(0, strict=False, integer=True),
+    "MAX_ERROR_CHARS": _number(100, strict=False, integer=True),
+    "XMIN_WARNING_SECONDS": _number(0, strict=False),
+    "RETENTION_INTERVAL_SECONDS": _number(0),
+    "HTTP_QUEUES": (_http_queues, 'a list of queue names, or ["*"] for any'),
+    "MAX_PENDING_PER_SUBMITTER": _number(1, strict=False, integer=True, none=True),
+    "ISOLATION": _choice("thread", "process"),
+    "CHILD_MAX_JOBS": _number(1, strict=False, integer=True, none=True),
+    "CHILD_MAX_MEMORY_MB": _number(0, none=True),
+    "STATS_CACHE_SECONDS": _number(0, strict=False),
+}
+
+
+def settings_errors(values: dict[str, Any], *, given: set[str] | None = None) -> list[checks.CheckMessage]:
+    """Each RELIABLEQ value of the wrong type or out of range: an error naming the key, the value and
+    what is allowed (reliableq.E005). RETENTION_SECONDS has a check of its own (E002)."""
+    errors: list[checks.CheckMessage] = []
+    for key, (ok, allowed) in RULES.items():
+        if key not in values or ok(values[key]):
+            continue
+        where = "" if given is None or key in given else " (its default)"
+        errors.append(
+            checks.Error(
+                f"RELIABLEQ[{key!r}] is {values[key]!r}{where}: it must be {allowed}.",
+                hint=f"Set RELIABLEQ[{key!r}] to {allowed}, or leave it out for the default.",
+                id="reliableq.E005",
+            )
+        )
+    return errors

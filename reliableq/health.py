@@ -10,6 +10,13 @@ from . import db
 _migrated = False  # once true it stays true for this process: migrations do not go backwards
 
 
+def unmigrated() -> str | None:
+    """What to run when ReliableQ's migrations are not all applied on the queue's database; None
+    when they are, or when the database cannot be asked (a worker then waits for it as it runs)."""
+    found = problems()
+    return found[0] if found and "not applied" in found[0] else None
+
+
 def problems() -> list[str]:
     """What keeps this process from being ready; empty when it is ready."""
     global _migrated

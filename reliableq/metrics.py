@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import db, horizon, stats
+from . import db, horizon, stats, workers
 from .models import Attempt, Job, JobStatus, Outcome
 
 MAX_QUEUE_SERIES = 100
@@ -77,6 +77,18 @@ class QueueCollector(Collector):
         for queue in listed:
             paused.add_metric([queue.name], 1 if queue.paused else 0)
         yield paused
+        unserved = GaugeMetricFamily(
+            "reliableq_queue_unserved",
+            "1 while the queue has due jobs and no live worker serves it (a paused queue counts 0), else 0.",
+            labels=["queue"],
+        )
+        idle = workers.unserved(listed)
+        for queue in listed:
+            unserved.add_metric([queue.name], 1 if queue.name in idle else 0)
+        yield unserved
+        yield GaugeMetricFamily(
+            "reliableq_workers", "Worker processes seen within their lease.", value=workers.live().count()
+        )
         yield GaugeMetricFamily(
             "reliableq_queue_series_truncated",
             f"1 when more queues exist than the {MAX_QUEUE_SERIES} given per-queue series (see GET /v1/queues).",

@@ -327,6 +327,35 @@ class RateWindow(models.Model):
         return f"rate window of {self.kind}, shard {self.shard}"
 
 
+class Worker(models.Model):
+    """A worker process as its heartbeat last reported it: what it serves and how busy it is.
+
+    Upserted at start and at every beat (a third of its lease); live while it was seen within its
+    lease. The maintenance leader deletes the rows of workers gone for a day.
+    """
+
+    id = models.CharField(max_length=200, primary_key=True)  # the worker id (host:pid unless --worker-id)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField()
+    busy = models.PositiveIntegerField(default=0)  # slots in use at the last beat
+    isolation = models.CharField(max_length=16, blank=True, default="")  # the default for its sync handlers
+    version = models.CharField(max_length=40, blank=True, default="")
+    lease_seconds = models.FloatField()
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)  # a clean exit
+
+    objects = QueueManager["Worker"]()
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return f"worker {self.id}"
+
+
 class Leader(models.Model):
     """Who holds a fleet-wide duty (the maintenance of the queue) until when, under which token.
 

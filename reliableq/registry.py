@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,7 +161,18 @@ def get(kind: str) -> Handler:
     try:
         return _handlers[kind]
     except KeyError:
-        raise UnknownKind(f"No handler is registered for kind {kind!r}.") from None
+        raise UnknownKind(f"No handler is registered for kind {kind!r}.{did_you_mean(kind)}") from None
+
+
+def did_you_mean(kind: str) -> str:
+    """ " Did you mean 'a' or 'b'?" for the registered kinds closest to `kind` (empty when none is close).
+
+    For code's errors only: the HTTP API answers an unknown kind without naming any (for_http)."""
+    close = difflib.get_close_matches(kind, list(_handlers), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    names = " or ".join(repr(k) for k in close)
+    return f" Did you mean {names}? (Handlers come from each installed app's jobs.py.)"
 
 
 def is_task_kind(kind: str) -> bool:

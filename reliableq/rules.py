@@ -146,7 +146,13 @@ def payload(value: Any) -> str:
         # Compact and ASCII-only, as jsonb stores it anyway: its length is the payload's size.
         encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)  # NaN and Infinity are not JSON
     except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"The payload is not JSON-serializable: {exc}.", field="payload") from None
+        where = unserializable_path(value)
+        at = f" at {where}" if where else ""
+        raise InvalidJob(
+            f"The payload is not JSON-serializable{at}: {exc}. Send JSON values (dicts with string keys, lists, "
+            "strings, numbers, booleans, None): a datetime as its isoformat(), a Decimal as a string.",
+            field="payload",
+        ) from None
     except RecursionError:
         raise InvalidJob(f"The payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep.", field="payload") from None
     why = unstorable(value)
@@ -158,6 +164,27 @@ def payload(value: Any) -> str:
             f"The payload is {len(encoded)} bytes; the limit is {limit} (MAX_PAYLOAD_BYTES).", field="payload"
         )
     return encoded
+
+
+def unserializable_path(value: Any, root: str = "payload") -> str | None:
+    """Where in `value` json.dumps would stop: `payload["when"]`, `payload["items"][2]` (None if nowhere)."""
+    stack: list[tuple[Any, str]] = [(value, root)]  # depth first, in json.dumps's own order
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            children = []
+            for k, v in item.items():
+                if not isinstance(k, str | int | float | bool) and k is not None:
+                    return f"{path} (the key {k!r})"
+                children.append((v, f"{path}[{json.dumps(k) if isinstance(k, str) else k}]"))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(item)]))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return path
+        elif not (item is None or isinstance(item, str | int | float | bool)):
+            return path
+    return None
 
 
 def unstorable(value: Any) -> str | None:

@@ -862,6 +862,9 @@ def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
     deleted = Retained()
     # Pauses that ended by themselves (paused_until passed) leave their row: a running queue needs none.
     QueueState.objects.filter(paused_until__lte=Now()).delete()
+    from . import workers  # (it reads stats, which reads this module)
+
+    workers.prune()
     for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
         if seconds is None:
             continue  # kept forever

@@ -27,6 +27,9 @@ class Heartbeat(threading.Thread):
         on_cancel: Callable[[list[uuid.UUID]], None] | None = None,
         store: Store | None = None,
         progress: Callable[[], list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]] | None = None,
+        worker_id: str = "",
+        busy: Callable[[], int] | None = None,
+        start: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name="reliableq-heartbeat", daemon=True)
         self._store: Store = store if store is not None else DatabaseStore()
@@ -36,6 +39,9 @@ class Heartbeat(threading.Thread):
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / 3.0
         self._progress = progress
+        self._worker_id = worker_id
+        self._busy = busy
+        self._start = start  # this worker's row, made again if it is missing (its start went unrecorded)
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -60,6 +66,13 @@ class Heartbeat(threading.Thread):
             self._store.reset()
 
     def beat(self) -> None:
+        if self._worker_id and self._busy is not None:
+            try:  # the workers panel's row: alive, this busy (one statement a beat)
+                if not self._store.worker_seen(self._worker_id, busy=self._busy()) and self._start:
+                    self._store.worker_seen(self._worker_id, busy=self._busy(), start=self._start)
+            except (DatabaseError, InterfaceError) as exc:
+                logger.warning("could not record that worker %s is alive: %s", self._worker_id, exc)
+                self._store.reset()
         held = self._held()
         if not held:
             return

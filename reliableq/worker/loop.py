@@ -21,6 +21,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError
 
 from .. import backoff, registry
+from ..conf import reliableq_settings
 from ..models import Outcome
 from ..sanitize import describe, traceback_of
 from . import executor
@@ -110,6 +111,7 @@ class Worker:
         self._stopping = False
         self._stop_deadline = 0.0
         self._exit_code = 0  # what run() returns once drained (STUCK_EXIT after stuck handlers)
+        self._stop_signal = ""  # the signal that asked to stop, until the loop has said what it drains
         self._alive = AliveFile(config.health_file)
         self._signals = 0
         self.producer: Producer | None = None
@@ -131,6 +133,8 @@ class Worker:
         if self._signals > 1:
             logger.warning("second signal: exiting now, %s lease(s) left to expire", len(self.ledger.held()))
             os._exit(1)
+        # Said by the loop at its next pass, not here: a signal handler must not take the logging locks.
+        self._stop_signal = signal.Signals(signum).name if signum else "a stop request"
         self._begin_stop()
 
     def _begin_stop(self) -> None:
@@ -200,7 +204,11 @@ class Worker:
             on_cancel=self._cancel_requested,
             lease_seconds=c.lease_seconds,
             progress=self.ledger.take_progress,
+            worker_id=c.worker_id,
+            busy=lambda: pool.busy,
+            start=self._start_row(),
         )
+        self._announce_start()
         heartbeat.start()
         listener = Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE)) if c.listen else None
         if listener is not None:
@@ -226,6 +234,29 @@ class Worker:
                 listener.stop()
             writer.stop()
             pool.close()
+            try:
+                self.store.worker_stopped(c.worker_id)
+            except (DatabaseError, InterfaceError) as exc:  # its row goes stale and reads as gone
+                logger.warning("could not record that worker %s stopped: %s", c.worker_id, exc)
+            self.store.reset()
+
+    def _start_row(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "queues": c.queues,
+            "concurrency": c.concurrency,
+            "isolation": str(reliableq_settings.ISOLATION),
+            "lease_seconds": c.lease_seconds,
+        }
+
+    def _announce_start(self) -> None:
+        """The worker's row in the workers panel (a database that does not answer yet: the heartbeat's
+        beats record it later, once it does)."""
+        c = self.config
+        try:
+            self.store.worker_seen(c.worker_id, busy=0, start=self._start_row())
+        except (DatabaseError, InterfaceError) as exc:
+            logger.warning("could not record worker %s in the workers panel: %s", c.worker_id, exc)
             self.store.reset()
 
     def _loop(self, pool: Pool, maintenance: Maintenance) -> int:
@@ -251,6 +282,16 @@ class Worker:
                 self._wait(pause)
                 continue
             busy = len(self.ledger) > 0 or self.completer.pending
+            if self._stop_signal:
+                logger.warning(
+                    "worker %s: %s: no more claims; draining %s running job(s) for up to %gs. A second signal "
+                    "abandons them now (their leases expire, and another worker takes them back).",
+                    c.worker_id,
+                    self._stop_signal,
+                    len(self.ledger),
+                    c.grace_seconds,
+                )
+                self._stop_signal = ""
             if self._stopping:
                 if not busy:
                     logger.info("worker %s drained, exiting", c.worker_id)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .. import db, floors, leadership, leases, scheduler, services
+from .. import db, floors, leadership, leases, scheduler, services, workers
 from ..leases import ClaimedJob, Finish, FinishResult, Rescued
 from ..registry import Limits
 
@@ -40,6 +40,12 @@ class Store(Protocol):
 
     def record_progress(self, reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
         """Write the handlers' latest progress, fenced by their lease tokens."""
+
+    def worker_seen(self, worker_id: str, *, busy: int, start: dict[str, Any] | None = None) -> bool:
+        """This worker is alive with `busy` slots in use (with `start`: its row, made or reset); False when
+        it has no row yet (its start could not be recorded)."""
+
+    def worker_stopped(self, worker_id: str) -> None: ...
 
     def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]: ...
 
@@ -103,6 +109,15 @@ class DatabaseStore:
 
     def record_progress(self, reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
         return leases.record_progress(reports)
+
+    def worker_seen(self, worker_id: str, *, busy: int, start: dict[str, Any] | None = None) -> bool:
+        if start is not None:
+            workers.started(worker_id=worker_id, **start)
+            return True
+        return workers.seen(worker_id, busy)
+
+    def worker_stopped(self, worker_id: str) -> None:
+        workers.stopped(worker_id)
 
     def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
         return leases.release_unacknowledged(worker_id=worker_id, known=known)

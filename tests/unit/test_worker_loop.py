@@ -155,6 +155,15 @@ class FakeStore:
     def guard_claims(self, queues: Sequence[str]) -> None:
         pass
 
+    def worker_seen(self, worker_id: str, *, busy: int, start: dict | None = None) -> bool:
+        return True
+
+    def worker_stopped(self, worker_id: str) -> None:
+        pass
+
+    def record_progress(self, reports: Iterable) -> int:
+        return 0
+
     def reset(self) -> None:
         pass
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import rules
+from ... import health, rules
 from ...conf import reliableq_settings
 from ...worker import Worker, WorkerConfig
 from ...worker.loop import default_worker_id
@@ -51,6 +51,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = self.config(options)
+        missing = health.unmigrated()
+        if missing:
+            # Before the first claim: a worker without its tables would retry "relation does not exist" forever.
+            raise CommandError(f"The queue's database is not ready: {missing}, then start the worker again.")
         self.configure_logging(options["verbosity"])
         code = Worker(config).run()
         if code:
