@@ -152,7 +152,10 @@ def _from_env(key: str, default: Any) -> Any:
     if raw == "None":
         return None  # RELIABLEQ_MAX_PENDING_PER_SUBMITTER=None
     if default is None:
-        return raw
+        try:
+            return json.loads(raw)  # RELIABLEQ_CHILD_MAX_JOBS=2 is a number
+        except ValueError:
+            return raw  # RELIABLEQ_LISTEN_DATABASE=direct
     if isinstance(default, bool):
         return raw.lower() in ("1", "true", "yes", "on")
     if isinstance(default, dict | list):

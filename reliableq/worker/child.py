@@ -52,7 +52,10 @@ def main(fd: int) -> None:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                os._exit(0)  # the worker is gone: nobody will read an answer
+                if current.get("job") is not None:
+                    os._exit(0)  # the worker is gone mid-attempt: nobody will read an answer
+                inbox.put(("exit",))  # idle (or retired): exit as Python does, atexit hooks included
+                return
             if message[0] == "run":
                 # Made here, in the order the messages came: a cancel sent right after its run finds it.
                 job = ClaimedJob(**message[1])

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.heavy  # not Django-version dependent: the Django 6.1 pass skips it
+# Not Django-version dependent (the Django 6.1 pass skips it), and minutes long: nightly, not in CI.
+pytestmark = [pytest.mark.heavy, pytest.mark.nightly]
 
 pytest.importorskip("matplotlib")
 
