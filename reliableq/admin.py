@@ -6,6 +6,7 @@ No business rules here: replay and cancel call reliableq.services, like the API 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,9 +15,9 @@ from urllib.parse import urlencode
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import BadRequest, PermissionDenied
-from django.db.models import QuerySet, TextField
-from django.db.models.functions import Cast, Now
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models import F, Q, QuerySet, Subquery, TextField, Window
+from django.db.models.functions import Cast, Lag, Now
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -25,7 +26,7 @@ from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from . import charts, horizon, readcache, registry, rules, services, stats, workers
+from . import admin_times, charts, horizon, readcache, registry, rules, services, stats, workers
 from .admin_paging import CappedCountPaginator
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
@@ -62,8 +63,13 @@ def register_effect_link(kind: str, link: Callable[[Job], str]) -> None:
 
 # The most jobs one Replay or Cancel action touches: the confirmation page lists each of them.
 MAX_SELECTION = 500
-# The most queue names the queue filter lists (any queue can still be filtered by its URL).
+# The most queue names and kinds the filters list (any can still be filtered by its URL).
 MAX_QUEUE_CHOICES = 30
+MAX_KIND_CHOICES = 50
+# A short id (the list's 8 characters) is looked for among this many of the newest jobs: a suffix
+# of a UUID has no index, so the search reads at most this many index entries, whatever the table holds.
+SHORT_ID_SCAN = 100_000
+SHORT_ID = re.compile(r"[0-9a-fA-F]{4,12}")
 
 
 def progress_html(progress: Any) -> str:
@@ -112,13 +118,18 @@ class _ExactFilter(admin.SimpleListFilter):
 
 
 class KindFilter(_ExactFilter):
-    """Registered kinds: no SELECT DISTINCT over the whole table."""
+    """Kinds that have jobs, by a loose scan of the kind index (no SELECT DISTINCT over the table):
+    registered kinds without a job (tests', say) are not offered, a removed kind's DEAD jobs are."""
 
     title = "kind"
     parameter_name = "kind"
 
     def choices_from(self) -> list[str]:
-        return registry.kinds()
+        names = stats.kinds(limit=MAX_KIND_CHOICES)
+        chosen = self.value()
+        if chosen and chosen not in names:
+            names.append(chosen)
+        return names
 
 
 class QueueFilter(_ExactFilter):
@@ -156,10 +167,35 @@ class AttemptInline(admin.TabularInline):
     can_delete = False
     ordering = ["number"]
     fields = (
-        "number", "outcome_badge", "worker_id", "lease_token", "started_at", "finished_at", "duration", "error",
-        "traceback_folded",
+        "number", "outcome_badge", "waited", "started", "finished", "duration", "worker_id", "error",
+        "traceback_folded", "token",
     )  # fmt: skip
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Attempt]:
+        # The previous attempt's end, beside each attempt: the backoff it waited, without a query per row.
+        previous_end = Window(Lag("finished_at"), partition_by=[F("job_id")], order_by=F("number").asc())
+        return super().get_queryset(request).annotate(previous_finished_at=previous_end)
+
+    @admin.display(description="lease token")
+    def token(self, attempt: Attempt) -> str:
+        # Its end, as the list shows a job's id; the whole token on hover.
+        return format_html('<span title="{}">{}</span>', attempt.lease_token, str(attempt.lease_token)[-8:])
+
+    @admin.display(description="retry after")
+    def waited(self, attempt: Any) -> str:
+        previous = getattr(attempt, "previous_finished_at", None)
+        if previous is None or attempt.started_at is None:
+            return "-"
+        return admin_times.seconds(attempt.started_at - previous)
+
+    @admin.display(description="started")
+    def started(self, attempt: Attempt) -> str:
+        return admin_times.to_millisecond(attempt.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, attempt: Attempt) -> str:
+        return admin_times.to_millisecond(attempt.finished_at)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -198,22 +234,24 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(RefusesNul, admin.ModelAdmin):
+    # What an operator reads first, left to right, within 1,280 px: the rest is on the job's page.
     list_display = [
         "short_id",
         "status_display",
         "kind",
         "queue",
-        "priority",
         "attempts_display",
-        "run_at",
-        "age",
-        "worker_id",
         "short_error",
+        "next_run",
+        "age",
     ]
     list_display_links = ["short_id"]
     list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter]
     search_fields = ["id", "dedupe_key", "kind"]
-    search_help_text = "A job id, a dedupe key (Idempotency-Key) or a kind, exactly."
+    search_help_text = (
+        f"A job id, or the 8 characters the list shows (among the newest {SHORT_ID_SCAN:,} jobs); "
+        "a dedupe key (Idempotency-Key) or a kind, exactly."
+    )
     ordering = ["-created_at"]
     list_per_page = 50
     show_full_result_count = False
@@ -222,34 +260,49 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
     actions = ["replay_selected", "cancel_selected"]
     inlines = [AttemptInline]
     change_form_template = "admin/reliableq/job/change_form.html"
-    fields = (
-        "id",
-        "status_display",
-        "kind",
-        "queue",
-        "priority",
-        "attempts_display",
-        "run_at",
-        "lease_token",
-        "lease_expires_at",
-        "worker_id",
-        "submitted_by",
-        "dedupe_key",
-        "unique_key",
-        "concurrency_key",
-        "snoozes",
-        "cancel_requested",
-        "progress_bar",
-        "effect_key",
-        "effect_link",
-        "last_error",
-        "payload_pretty",
-        "result_pretty",
-        "created_at",
-        "updated_at",
-        "finished_at",
-    )
-    readonly_fields = fields
+    # The first fieldset, then the attempt history (change_form.html), then the rest.
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "status_display",
+                    "kind",
+                    "queue",
+                    "attempts_display",
+                    "next_run_at",
+                    "last_error",
+                    "progress_bar",
+                    "cancel_requested",
+                )
+            },
+        ),
+        (
+            "Details",
+            {
+                "fields": (
+                    "payload_pretty",
+                    "result_pretty",
+                    "effect_key",
+                    "effect_link",
+                    "priority",
+                    "worker_id",
+                    "lease_token",
+                    "lease_expires",
+                    "submitted_by",
+                    "dedupe_key",
+                    "unique_key",
+                    "concurrency_key",
+                    "snoozes",
+                    "created",
+                    "updated",
+                    "finished",
+                )
+            },
+        ),
+    ]
+    readonly_fields = [str(name) for _, options in fieldsets for name in options["fields"]]
 
     # -- read only ------------------------------------------------------------------------
 
@@ -281,17 +334,31 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
         # No page shows a whole payload but the job's own, which reads it itself (payload_pretty).
         return super().get_queryset(request).defer("payload")
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # The list needs the width at 1,280 px: the app sidebar (300 px) is one click away on every other page.
+        return super().changelist_view(request, {"is_nav_sidebar_enabled": False, **(extra_context or {})})
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """Exact matches only, each served by an index: id, dedupe key, kind."""
+        """Exact matches served by an index (id, dedupe key, kind), and the short id among the newest jobs."""
         term = search_term.strip()
         if not term:
             return queryset, False
         try:
             job_id = uuid.UUID(term)
         except ValueError:
-            return queryset.filter(dedupe_key=term) | queryset.filter(kind=term), False
+            found = Q(dedupe_key=term) | Q(kind=term)
+            if SHORT_ID.fullmatch(term):
+                newest = Job.objects.order_by("-created_at").values("pk")[:SHORT_ID_SCAN]
+                ending = (
+                    Job.objects.filter(pk__in=Subquery(newest))
+                    .annotate(id_text=Cast("id", TextField()))
+                    .filter(id_text__endswith=term.lower())
+                    .values("pk")
+                )
+                found |= Q(pk__in=Subquery(ending))
+            return queryset.filter(found), False
         # A UUID may be a job id or an Idempotency-Key (clients often use UUIDs for those).
         return queryset.filter(pk=job_id) | queryset.filter(dedupe_key=term), False
 
@@ -320,7 +387,39 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
     @admin.display(description="last error")
     def short_error(self, job: Job) -> str:
         error = job.last_error or ""
-        return error if len(error) <= 80 else error[:79] + "…"
+        if len(error) <= 60:
+            return error
+        return format_html('<span title="{}">{}</span>', error[:300], error[:59] + "…")
+
+    @admin.display(description="runs at", ordering="run_at")
+    def next_run(self, job: Job) -> str:
+        if job.status != JobStatus.PENDING:
+            return "-"
+        return admin_times.short(job.run_at, timezone.now())
+
+    @admin.display(description="runs at")
+    def next_run_at(self, job: Job) -> str:
+        if job.status != JobStatus.PENDING:
+            return "-"
+        now = timezone.now()
+        after = " (the next attempt, after a failure)" if job.attempts else ""
+        return f"{admin_times.to_second(job.run_at)}, {admin_times.relative(job.run_at, now)}{after}"
+
+    @admin.display(description="lease expires")
+    def lease_expires(self, job: Job) -> str:
+        return admin_times.to_second(job.lease_expires_at)
+
+    @admin.display(description="created")
+    def created(self, job: Job) -> str:
+        return admin_times.to_second(job.created_at)
+
+    @admin.display(description="updated")
+    def updated(self, job: Job) -> str:
+        return admin_times.to_second(job.updated_at)
+
+    @admin.display(description="finished")
+    def finished(self, job: Job) -> str:
+        return admin_times.to_second(job.finished_at)
 
     @admin.display(description="cancel requested")
     def cancel_requested(self, job: Job) -> str:
@@ -459,7 +558,7 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ) -> HttpResponse:
-        extra = dict(extra_context or {})
+        extra = {"is_nav_sidebar_enabled": False, **(extra_context or {})}  # the attempt rows need the width
         job = self.get_object(request, object_id)
         extra["can_replay"] = bool(job and job.status == JobStatus.DEAD and self.has_replay_permission(request))
         extra["can_cancel"] = bool(
@@ -476,19 +575,18 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
         return _cancel_one(request, self, object_id)
 
 
-@require_POST  # its wrapper takes the request as the first argument
 def _replay_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:
     return _act_on_one(
         request,
         model_admin,
         object_id,
+        verb="Replay",
         allowed=model_admin.has_replay_permission(request),
         act=services.replay,
         done=lambda job: f"Job {job.id} replayed: it is PENDING again.",
     )
 
 
-@require_POST
 def _cancel_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:
     def done(job: Job) -> str:
         if job.status == JobStatus.RUNNING:
@@ -499,6 +597,7 @@ def _cancel_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> 
         request,
         model_admin,
         object_id,
+        verb="Cancel",
         allowed=model_admin.has_cancel_permission(request),
         act=services.cancel,
         done=done,
@@ -510,16 +609,32 @@ def _act_on_one(
     model_admin: JobAdmin,
     object_id: str,
     *,
+    verb: str,
     allowed: bool,
     act: Callable[..., Job],
     done: Callable[[Job], str],
 ) -> HttpResponse:
-    """A job page's button: the permission, the service call (audited as the user), a message."""
+    """A job page's button: a confirmation page (GET, or a POST without confirm=yes), then on
+    confirmation the service call (audited as the user) and a message."""
     if not allowed:
         raise PermissionDenied
     job = model_admin.get_object(request, object_id)
     if job is None:
         return HttpResponseRedirect(reverse("admin:reliableq_job_changelist"))
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    if request.method != "POST" or request.POST.get("confirm") != "yes":
+        return TemplateResponse(
+            request,
+            "admin/reliableq/job/confirm_one.html",
+            {
+                **model_admin.admin_site.each_context(request),
+                "opts": Job._meta,
+                "title": f"{verb} job {str(job.pk)[-8:]}?",
+                "verb": verb,
+                "job": job,
+            },
+        )
     try:
         job = act(job.pk, by=request.user)
     except WrongStatus as exc:

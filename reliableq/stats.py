@@ -32,14 +32,25 @@ def queues(limit: int | None = None, *, after: str = "") -> list[str]:
     With `limit`, the first `limit` names in order (after `after`): the recursion is pulled on
     demand and stops there.
     """
+    return _distinct("queue", limit, after)
+
+
+def kinds(limit: int | None = None) -> list[str]:
+    """Distinct kinds that have jobs, the same way (the kind index): a kind with no job is not listed,
+    and a kind with jobs but no handler in this process (renamed, removed) is."""
+    return _distinct("kind", limit, "")
+
+
+def _distinct(column: str, limit: int | None, after: str) -> list[str]:
+    # `column` leads an index of the job table: (queue, created_at), (kind, created_at).
     table = Job._meta.db_table
     with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH RECURSIVE q(name) AS (
-                (SELECT queue FROM {table} WHERE queue > %s ORDER BY queue LIMIT 1)
+                (SELECT {column} FROM {table} WHERE {column} > %s ORDER BY {column} LIMIT 1)
                 UNION ALL
-                SELECT (SELECT queue FROM {table} WHERE queue > q.name ORDER BY queue LIMIT 1)
+                SELECT (SELECT {column} FROM {table} WHERE {column} > q.name ORDER BY {column} LIMIT 1)
                   FROM q WHERE q.name IS NOT NULL
             )
             SELECT name FROM q WHERE name IS NOT NULL LIMIT %s

@@ -76,6 +76,22 @@ def test_an_unknown_kind_suggests_the_closest_registered_ones():
     assert "Did you mean" not in str(nothing_close.value)
 
 
+def test_over_http_a_near_miss_kind_names_no_registered_kind():
+    """A stranger with submit_job must not learn which kinds exist by guessing close names."""
+    from django.contrib.auth.models import Permission, User
+    from rest_framework.test import APIClient
+
+    user = User.objects.create_user("guesser")
+    user.user_permissions.add(Permission.objects.get(codename="submit_job"))
+    client = APIClient()
+    client.force_authenticate(user)
+
+    response = client.post("/v1/jobs", {"kind": "demo.noops", "payload": {}}, format="json")
+
+    assert response.status_code == 400
+    assert "Did you mean" not in response.content.decode() and "demo.noop'" not in response.content.decode()
+
+
 def test_an_unstorable_payload_names_the_path_of_the_offending_value():
     with pytest.raises(reliableq.InvalidJob, match=r'at payload\["order"\]\["when"\]: Object of type datetime'):
         reliableq.enqueue("demo.noop", {"order": {"id": 7, "when": dt.datetime(2030, 1, 1)}})

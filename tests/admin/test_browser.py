@@ -73,7 +73,7 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = None
         try:
-            context = browser.new_context(base_url=url, viewport={"width": 1920, "height": 1000})
+            context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
             page = context.new_page()
             page.set_default_timeout(15_000)
             expect.set_options(timeout=15_000)
@@ -86,6 +86,29 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
 
             page.goto("/admin/reliableq/job/")
             expect(page.locator("#result_list tbody tr")).to_have_count(4)
+            # At 1,280 px the last error is on screen: no horizontal scroll, of the page or of the table.
+            other_row = page.locator("#result_list tbody tr").filter(
+                has=page.get_by_role("link", name=str(other_dead.pk)[-8:], exact=True)
+            )
+            error_cell = other_row.locator("td.field-short_error")
+            expect(error_cell).to_contain_text("PermanentError: the input can never be valid")
+            box = error_cell.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= 1280, box
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+            assert page.evaluate(
+                "[...document.querySelectorAll('#changelist .results')].every(e => e.scrollWidth <= e.clientWidth)"
+            )
+            page.screenshot(path=ARTIFACTS / "admin-job-list-1280.png")  # the viewport: what shows unscrolled
+
+            # A single Replay asks first; "No" leaves the job DEAD.
+            other_row.get_by_role("link", name=str(other_dead.pk)[-8:], exact=True).click()
+            page.click("#replay-job")
+            expect(page.locator("h1")).to_have_text(f"Replay job {str(other_dead.pk)[-8:]}?")
+            expect(page.locator("#confirm-what")).to_contain_text("PermanentError: the input can never be valid")
+            page.screenshot(path=ARTIFACTS / "admin-replay-confirmation.png")
+            page.get_by_role("link", name="No, take me back").click()
+            expect(page.locator(".field-id .readonly")).to_have_text(str(other_dead.pk))
+            page.goto("/admin/reliableq/job/")
             status_filter = page.locator('#changelist-filter details[data-filter-title="status"]')
             status_filter.get_by_role("link", name="Dead", exact=True).click()
             expect(page).to_have_url(re.compile(r"status__exact=DEAD"))
@@ -104,6 +127,9 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
             expect(attempts.locator("td.field-error").first).to_have_text("attempt 1 failed: boom")
             expect(page.locator(".field-payload_pretty pre")).to_contain_text('"order": 42')
             expect(page.locator("#replay-job")).to_be_visible()
+            # The attempt history is on screen at once, above the payload and the lease details.
+            history_box = page.locator("#attempt_set-group").bounding_box()
+            assert history_box is not None and history_box["y"] < 900, history_box
             page.screenshot(path=ARTIFACTS / "admin-dead-job-page.png", full_page=True)
 
             page.go_back()
@@ -148,5 +174,5 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
     assert Job.objects.get(pk=other_dead.pk).status == JobStatus.DEAD
     (entry,) = LogEntry.objects.filter(object_id=str(dead.pk))
     assert entry.user_id == operator.pk
-    for name in ("admin-dead-job-page.png", "admin-job-list-after-replay.png"):
+    for name in ("admin-dead-job-page.png", "admin-job-list-after-replay.png", "admin-job-list-1280.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000, name

@@ -139,7 +139,11 @@ def test_cancel_button_asks_a_running_job_to_stop_and_is_audited(operator_client
     page = body(operator_client.get(page_url(job)))
     assert 'id="cancel-job"' in page
 
-    response = operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", follow=True)
+    asked = body(operator_client.get(f"/admin/reliableq/job/{job.pk}/cancel/"))
+    assert f"Cancel job {str(job.pk)[-8:]}?" in asked and "ends CANCELLED when it does" in asked
+    assert Job.objects.get(pk=job.pk).cancel_requested_at is None  # asking changes nothing
+
+    response = operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", {"confirm": "yes"}, follow=True)
 
     assert messages_of(response) == [f"Job {job.pk} was asked to stop: it ends CANCELLED when its handler stops."]
     job.refresh_from_db()
@@ -151,13 +155,15 @@ def test_cancel_button_asks_a_running_job_to_stop_and_is_audited(operator_client
 def test_cancel_button_cancels_a_pending_job(operator_client: Client) -> None:
     job = job_in(JobStatus.PENDING)
     operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/")
+    assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING  # a POST without confirm=yes asks first
+    operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", {"confirm": "yes"})
     assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
 
 
 def test_a_finished_jobs_page_has_no_cancel_button_and_a_forged_cancel_changes_nothing(operator_client: Client) -> None:
     job = job_in(JobStatus.DEAD)
     assert 'id="cancel-job"' not in body(operator_client.get(page_url(job)))
-    response = operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", follow=True)
+    response = operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", {"confirm": "yes"}, follow=True)
     assert "this needs a PENDING or RUNNING job" in " ".join(messages_of(response))
     assert Job.objects.get(pk=job.pk).status == JobStatus.DEAD
 
@@ -165,8 +171,8 @@ def test_a_finished_jobs_page_has_no_cancel_button_and_a_forged_cancel_changes_n
 def test_staff_without_cancel_job_sees_no_cancel_button_and_a_forged_post_is_refused(viewer_client: Client) -> None:
     job = job_in(JobStatus.RUNNING)
     assert 'id="cancel-job"' not in body(viewer_client.get(page_url(job)))
-    assert viewer_client.post(f"/admin/reliableq/job/{job.pk}/cancel/").status_code == 403
-    assert viewer_client.get(f"/admin/reliableq/job/{job.pk}/cancel/").status_code in (403, 405)
+    assert viewer_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", {"confirm": "yes"}).status_code == 403
+    assert viewer_client.get(f"/admin/reliableq/job/{job.pk}/cancel/").status_code == 403
     assert Job.objects.get(pk=job.pk).cancel_requested_at is None
 
 

@@ -8,8 +8,8 @@ import json
 import re
 
 import pytest
-from django.contrib.admin.utils import display_for_value
 from django.test import Client
+from django.utils import timezone
 
 from charges.models import Charge
 from reliableq.models import Attempt, Job, JobStatus, Outcome
@@ -24,9 +24,10 @@ def page_url(job: Job) -> str:
     return f"/admin/reliableq/job/{job.pk}/change/"
 
 
-def when(value: dt.datetime | None) -> str:
-    """A datetime as the admin displays it (localized, in the current time zone)."""
-    return display_for_value(value, "-")
+def millisecond(value: dt.datetime) -> str:
+    """An attempt's time as the admin writes it: in the current time zone, to the millisecond."""
+    local = timezone.localtime(value)
+    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
 
 
 def charge(key: str, amount: int = 1200) -> Charge:
@@ -60,7 +61,7 @@ def test_job_cannot_be_changed_added_or_deleted_through_the_admin(operator_clien
     assert (job.status, job.kind) == (JobStatus.DEAD, "test.always_fails")
 
 
-def test_job_page_shows_every_attempt_inline_with_outcome_worker_token_times_duration_and_error(
+def test_job_page_shows_every_attempt_inline_with_outcome_worker_token_times_to_the_ms_backoff_and_error(
     operator_client: Client,
 ) -> None:
     job = job_in(JobStatus.RUNNING, kind="test.flaky", max_attempts=5)
@@ -80,12 +81,15 @@ def test_job_page_shows_every_attempt_inline_with_outcome_worker_token_times_dur
     for row, attempt in zip(rows, attempts, strict=True):
         assert row["outcome_badge"] == attempt.outcome
         assert row["worker_id"] == attempt.worker_id
-        assert row["lease_token"] == str(attempt.lease_token)
-        assert row["started_at"] == when(attempt.started_at)
-        assert row["finished_at"] == when(attempt.finished_at)
+        assert row["token"] == str(attempt.lease_token)[-8:]
+        assert row["started"] == millisecond(attempt.started_at)
         assert row["error"] == (attempt.error or "-")
     assert [row["duration"] for row in rows] == ["2.250s", "2.250s", "running"]
-    assert rows[2]["finished_at"] == "-"
+    assert [row["finished"] for row in rows[:2]] == [millisecond(a.finished_at) for a in attempts[:2]]
+    assert rows[2]["finished"] == "-"
+    # Attempts one minute apart, each 2.25 s long: each retry waited 57.75 s after the failure before it.
+    assert [row["waited"] for row in rows] == ["-", "57.8s", "57.8s"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", rows[0]["started"])
 
 
 def test_attempt_history_is_shown_to_a_viewer_without_a_separate_attempt_permission(viewer_client: Client) -> None:
@@ -178,3 +182,27 @@ def test_a_failed_attempts_traceback_is_folded_under_it(operator_client):
 
     assert '<details class="attempt-traceback"><summary>ValueError: no &lt;order&gt;</summary>' in page
     assert "File &quot;shop/jobs.py&quot;, line 3, in send" in page  # escaped, never markup
+
+
+def test_the_attempt_history_comes_right_after_status_attempts_and_the_last_error(operator_client: Client) -> None:
+    job = job_in(JobStatus.DEAD, payload={"order": 42}, last_error="ValueError: card declined")
+
+    page = body(operator_client.get(page_url(job)))
+
+    markers = ("field-status_display", "field-attempts_display", "field-last_error", 'id="attempt_set-group"',
+               "field-payload_pretty", "field-submitted_by")  # fmt: skip
+    order = [page.index(marker) for marker in markers]
+    assert order == sorted(order), order
+
+
+def test_the_job_page_writes_its_times_to_the_second_and_when_a_retry_runs(operator_client: Client) -> None:
+    job = job_in(JobStatus.PENDING, attempts=1, last_error="TransientError: try again")
+    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() + dt.timedelta(seconds=42))
+    job.refresh_from_db()
+
+    page = text(body(operator_client.get(page_url(job))))
+
+    local = timezone.localtime(job.run_at)
+    assert f"{local:%Y-%m-%d %H:%M:%S}" in page
+    assert re.search(r"in 4[012]\.\d+s \(the next attempt, after a failure\)", page), page
+    assert f"{timezone.localtime(job.created_at):%Y-%m-%d %H:%M:%S}" in page

@@ -152,16 +152,33 @@ def test_replay_button_is_on_a_dead_jobs_page_for_the_operator(operator_client: 
 
     page = body(operator_client.get(page_url(job)))
 
-    form = section(page, f'<form method="post" action="{replay_url(job)}"', "</form>")
-    assert 'name="csrfmiddlewaretoken"' in form
-    assert re.search(r'<button type="submit"[^>]*id="replay-job"[^>]*>Replay</button>', form), form
+    assert re.search(rf'<a href="{replay_url(job)}"[^>]*id="replay-job"[^>]*>Replay</a>', page), page
 
 
-def test_replay_button_replays_the_job_audits_it_and_says_so(operator_client: Client, operator: User) -> None:
+def test_replay_button_asks_first_and_changes_nothing_until_confirmed(operator_client: Client) -> None:
+    job = job_in(JobStatus.DEAD, last_error="ValueError: card declined")
+    before = snapshot(job)
+
+    asked = operator_client.get(replay_url(job))  # what the job page's button opens
+    posted = operator_client.post(replay_url(job))  # a POST without confirm=yes asks too
+
+    for response in (asked, posted):
+        assert response.status_code == 200
+        page = body(response)
+        assert f"Replay job {str(job.pk)[-8:]}?" in page
+        what = text(section(page, 'id="confirm-what"', "</p>"))
+        assert str(job.pk) in what and "DEAD" in what and "ValueError: card declined" in what
+        assert 'name="confirm" value="yes"' in page and 'name="csrfmiddlewaretoken"' in page
+        assert f'href="{page_url(job)}" class="button cancel-link"' in page
+    assert snapshot(job) == before
+    assert audit_entries(job) == []
+
+
+def test_confirmed_replay_button_replays_the_job_audits_it_and_says_so(operator_client: Client, operator: User) -> None:
     job = job_in(JobStatus.DEAD)
     attempts_before = history(job)
 
-    response = operator_client.post(replay_url(job), follow=True)
+    response = operator_client.post(replay_url(job), {"confirm": "yes"}, follow=True)
 
     assert response.redirect_chain == [(page_url(job), 302)]
     assert messages_of(response) == [f"Job {job.pk} replayed: it is PENDING again."]
@@ -185,10 +202,11 @@ def test_replay_button_is_not_shown_to_a_viewer_nor_on_a_job_that_is_not_dead(
         assert 'id="replay-job"' not in page, status
 
 
-def test_replay_url_only_accepts_post(operator_client: Client) -> None:
+def test_replay_url_refuses_other_methods(operator_client: Client) -> None:
     job = job_in(JobStatus.DEAD)
 
-    assert operator_client.get(replay_url(job)).status_code == 405
+    assert operator_client.put(replay_url(job), {"confirm": "yes"}).status_code == 405
+    assert operator_client.delete(replay_url(job)).status_code == 405
     assert Job.objects.get(pk=job.pk).status == JobStatus.DEAD
 
 
@@ -196,7 +214,7 @@ def test_replay_url_on_a_job_that_is_not_dead_reports_an_error_and_changes_nothi
     job = job_in(JobStatus.SUCCEEDED)
     before = snapshot(job)
 
-    response = operator_client.post(replay_url(job), follow=True)
+    response = operator_client.post(replay_url(job), {"confirm": "yes"}, follow=True)
 
     assert messages_of(response) == [f"Job {job.pk} is SUCCEEDED; this needs a DEAD job."]
     assert snapshot(job) == before
@@ -237,12 +255,14 @@ def test_forged_replay_posts_from_staff_without_replay_permission_change_nothing
 
     first = non_replayer.post(LIST, {"action": "replay_selected", "_selected_action": selected, "index": "0"})
     confirmed = non_replayer.post(LIST, {"action": "replay_selected", "_selected_action": selected, "confirm": "yes"})
-    button = non_replayer.post(replay_url(job))
+    button = non_replayer.post(replay_url(job), {"confirm": "yes"})
+    asked = non_replayer.get(replay_url(job))
 
     assert first.status_code in (200, 302, 403)
     assert "Replay 1 job(s)?" not in body(first)  # no confirmation page either
     assert confirmed.status_code in (200, 302, 403)
     assert button.status_code == 403
+    assert asked.status_code == 403  # not even the confirmation page
     assert snapshot(job) == before
     assert audit_entries(job) == []
 

@@ -177,7 +177,7 @@ def test_the_admin_shows_the_queues_jobs_and_audits_a_replay_on_the_default_data
     page = client.get(f"/admin/reliableq/job/{dead.pk}/change/").content.decode()
     assert "FAILED_PERMANENT" in page  # the attempt history, read from the queue's database
     assert client.get("/admin/reliableq/queuedashboard/").status_code == 200
-    response = client.post(f"/admin/reliableq/job/{dead.pk}/replay/")
+    response = client.post(f"/admin/reliableq/job/{dead.pk}/replay/", {"confirm": "yes"})
     assert response.status_code == 302
     assert Job.objects.get(pk=dead.pk).status == JobStatus.PENDING
     entry = LogEntry.objects.using("default").get(object_id=str(dead.pk))

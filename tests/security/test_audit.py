@@ -33,7 +33,7 @@ def test_api_replay_and_cancel_write_the_same_audit_entry_as_the_admin(client_of
     token = csrf_of(session, site, f"/admin/reliableq/job/{dead_too.id}/change/")
     session.post(
         f"{site.url}/admin/reliableq/job/{dead_too.id}/replay/",
-        data={"csrfmiddlewaretoken": token},
+        data={"csrfmiddlewaretoken": token, "confirm": "yes"},
         headers={"Referer": site.url + "/admin/"},
         timeout=30,
     )

@@ -177,6 +177,8 @@ def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_
             expect(attempts.locator("td.field-worker_id").first).to_have_text("tour-worker")
             both_themes("dead-job")
             page.click("#replay-job")
+            expect(page.locator("#confirm-what")).to_contain_text(flaky_id)  # a single Replay asks first
+            page.click("#confirm-action")
             expect(page.locator("ul.messagelist")).to_contain_text("it is PENDING again")
 
             # The tour's worker runs it again; this time it succeeds (attempt 4 of test.flaky).
