@@ -99,12 +99,19 @@ def dead_jobs(ids: list[uuid.UUID]) -> list[Job]:
     return list(Job.objects.filter(id__in=ids, status=JobStatus.DEAD).order_by("created_at"))
 
 
-def fill_backlog() -> int:
-    """Top IDLE_QUEUE up to BACKLOG waiting jobs (a second tour adds none); return how many wait there."""
-    waiting = Job.objects.filter(queue=IDLE_QUEUE, status=JobStatus.PENDING).count()
-    for n in range(waiting, BACKLOG):
-        reliableq.enqueue("demo.noop", {"newsletter": n}, queue=IDLE_QUEUE)
-    return max(waiting, BACKLOG)
+def fill_backlog() -> list[uuid.UUID]:
+    """Leave BACKLOG jobs of this run waiting on IDLE_QUEUE; return their ids."""
+    return [reliableq.enqueue("demo.noop", {"newsletter": n}, queue=IDLE_QUEUE).id for n in range(BACKLOG)]
+
+
+def earlier(ids: list[uuid.UUID]) -> tuple[int, int]:
+    """DEAD jobs and jobs waiting on IDLE_QUEUE that an earlier run left (.pgdata keeps them): the
+    admin lists those too, so the printout says how many besides this run's."""
+    others = Job.objects.exclude(id__in=ids)
+    return (
+        others.filter(status=JobStatus.DEAD).count(),
+        others.filter(queue=IDLE_QUEUE, status=JobStatus.PENDING).count(),
+    )
 
 
 def trickle() -> None:

@@ -25,9 +25,11 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 
+import reliableq
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from testproject import processes
 from tests.admin.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, load_playwright
+from tests.admin.conftest import job_in
 from tests.support import ROOT, wait_until, worker_env
 
 pytestmark = pytest.mark.slow
@@ -70,7 +72,15 @@ def playwright_api() -> Any:
 
 
 @pytest.fixture
-def tour(db_url: str) -> Iterator[Tour]:
+def leftovers(db_url: str) -> tuple[list[Job], list[Job]]:
+    """What an earlier run leaves in .pgdata (the demo run twice): DEAD jobs and a backlog on 'emails'."""
+    dead = [job_in(JobStatus.DEAD, kind="test.always_fails") for _ in range(2)]
+    waiting = [reliableq.enqueue("demo.noop", {"newsletter": "earlier"}, queue="emails") for _ in range(3)]
+    return dead, waiting
+
+
+@pytest.fixture
+def tour(db_url: str, leftovers: tuple[list[Job], list[Job]]) -> Iterator[Tour]:
     """`manage.py demo --serve` on the test database, started as a person would, up to its "password:" line."""
     port = processes.free_port()
     process = subprocess.Popen(
@@ -110,6 +120,7 @@ def tour(db_url: str) -> Iterator[Tour]:
 
 def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_charts(
     playwright_api: Any,
+    leftovers: tuple[list[Job], list[Job]],
     tour: Tour,
 ) -> None:
     sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
@@ -128,7 +139,15 @@ def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_
         "reliableq.replay_job",
         "reliableq.view_job",
     ]
-    assert Job.objects.filter(queue="emails", status=JobStatus.PENDING).count() >= 25  # the backlog
+    # This run's counts, whatever the database held before; and what the admin will list besides.
+    earlier_dead, earlier_waiting = leftovers
+    assert any(re.match(r"^10\. tour-worker ran them all: \d+ SUCCEEDED, 4 DEAD", line) for line in tour.lines)
+    assert any(line.startswith("11. 25 jobs wait on queue 'emails'") for line in tour.lines), tour.output()
+    assert any(
+        f"{len(earlier_dead)} more DEAD job(s), {len(earlier_waiting)} more waiting on 'emails'" in line
+        for line in tour.lines
+    ), tour.output()
+    assert Job.objects.filter(queue="emails", status=JobStatus.PENDING).count() >= 25 + len(earlier_waiting)
     ARTIFACTS.mkdir(exist_ok=True)
 
     # No ORM inside this block: Playwright's sync API runs an event loop in this thread.
@@ -165,7 +184,7 @@ def test_a_newcomer_logs_in_to_the_styled_admin_replays_a_dead_job_and_sees_the_
                 "link", name="Dead", exact=True
             ).click()
             expect(page).to_have_url(re.compile(r"status__exact=DEAD"))
-            expect(page.locator("#result_list tbody tr")).to_have_count(len(dead))
+            expect(page.locator("#result_list tbody tr")).to_have_count(len(dead) + len(earlier_dead))
             both_themes("job-list")
 
             # Open a DEAD test.flaky job, read its attempts, replay it.

@@ -203,11 +203,18 @@ class Command(BaseCommand):
         )
         for job in dead:
             self.say(f"    {job.kind:18} {job.attempts} attempt(s)  {self.base}/admin/reliableq/job/{job.id}/change/")
-        waiting = tour.fill_backlog()
+        backlog = tour.fill_backlog()
         self.say(
-            f"11. {waiting} jobs wait on queue '{tour.IDLE_QUEUE}', which no worker serves "
+            f"11. {len(backlog)} jobs wait on queue '{tour.IDLE_QUEUE}', which no worker serves "
             f"(a backlog, as a paused queue's)"
         )
+        dead_before, waiting_before = tour.earlier([*ids, *backlog])
+        if dead_before or waiting_before:
+            fresh = " (stop the demo and remove .pgdata/ for a fresh start)" if embedded.started_here() else ""
+            self.say(
+                f"    the database also holds what earlier runs left, which the admin lists too: "
+                f"{dead_before} more DEAD job(s), {waiting_before} more waiting on '{tour.IDLE_QUEUE}'{fresh}"
+            )
         username, password = tour.operator_account()
         self.say(
             "12. operator account made: staff, not superuser; may view, replay and cancel jobs, "
