@@ -3,7 +3,7 @@
     python -m bench.bare STATEMENTS_JSON --batch 8 --worker-id bare-0
 
 No Django, no threads, no handler, no logging: claim a batch (the captured rescue and take
-statements, in one transaction, exactly as leases.claim sends them), then finish the whole
+statements, in one transaction, exactly as jobqueue.claim sends them), then finish the whole
 batch (the captured finish statement, in its own transaction). Stops at the first empty claim:
 with SKIP LOCKED, a row it skipped is held by another claimer, who will take it.
 Statements come from bench.ceilings.capture(), so this loop and the worker send the same SQL.
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     claim = [(sql.replace(limit, f"LIMIT {args.batch}"), swap(params, mapping)) for sql, params in spec["claim"]]
     finish_sql = spec["finish"]["sql"]
     done = 0
-    # The queue's statements bind on the server (reliableq.db.cursor: Django's ServerBindingCursor,
+    # The queue's statements bind on the server (reliableq.queue.db.cursor: Django's ServerBindingCursor,
     # never prepared); so does this loop. Autocommit, with explicit transactions where the worker has
     # them: a single-statement claim or finish is sent alone, as Django sends it outside atomic().
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, prepare_threshold=None) as conn:

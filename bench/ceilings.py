@@ -1,13 +1,13 @@
 """Two ceilings for no-op throughput, both sending ReliableQ's own SQL.
 
 - pgbench: the database's own limit. A script that runs the claim transaction (the rescue and
-  take statements as leases.claim sends them, with literals in place of parameters) and then
+  take statements as jobqueue.claim sends them, with literals in place of parameters) and then
   the finish transaction for the claimed batch, with as many clients as the worker fleet has
   processes.
 - bench.bare: the practical limit for Python on this machine: the same statements in a bare
   psycopg loop, one process per fleet process, no Django, no threads, no handlers.
 
-The statements are captured from reliableq.leases at run time (execute_wrapper), never copied
+The statements are captured from reliableq.queue at run time (execute_wrapper), never copied
 by hand, so a change to the claim or the finish changes the ceilings with it.
 """
 
@@ -28,18 +28,18 @@ CAPTURE_LIMIT = 7777
 
 
 def _takes_rescue() -> bool:
-    """Whether leases.claim lets the caller say if this claim rescues expired leases too."""
+    """Whether jobqueue.claim lets the caller say if this claim rescues expired leases too."""
     import inspect
 
-    from reliableq import leases
+    from reliableq import queue as jobqueue
 
-    return "rescue" in inspect.signature(leases.claim).parameters
+    return "rescue" in inspect.signature(jobqueue.claim).parameters
 
 
 def capture(queue: str) -> dict[str, Any]:
-    """The statements of one claim and one finish, with their parameters, from reliableq.leases itself."""
-    from reliableq import leases
-    from reliableq.leases import Finish
+    """The statements of one claim and one finish, with their parameters, from reliableq.queue itself."""
+    from reliableq import queue as jobqueue
+    from reliableq.queue import Finish
 
     claim: list[tuple[str, list[Any]]] = []
     finish: list[tuple[str, list[Any]]] = []
@@ -55,13 +55,15 @@ def capture(queue: str) -> dict[str, Any]:
     # the worker's do. Harmless: call it with nothing due in `queue`, and the finish names no job.
     with connection.execute_wrapper(record):
         # As the worker sends it between its periodic rescues (once per POLL_SECONDS).
-        leases.claim(
+        jobqueue.claim(
             worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0, rescue=False
-        ) if _takes_rescue() else leases.claim(
+        ) if _takes_rescue() else jobqueue.claim(
             worker_id=CAPTURE_WORKER, queues=[queue], limit=CAPTURE_LIMIT, lease_seconds=30.0
         )
         sink = finish
-        leases.finish([Finish(job_id=uuid.uuid4(), lease_token=uuid.uuid4(), status="SUCCEEDED", outcome="SUCCEEDED")])
+        jobqueue.finish(
+            [Finish(job_id=uuid.uuid4(), lease_token=uuid.uuid4(), status="SUCCEEDED", outcome="SUCCEEDED")]
+        )
     return {
         "worker_id": CAPTURE_WORKER,
         "limit": CAPTURE_LIMIT,

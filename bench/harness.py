@@ -32,7 +32,7 @@ SCENARIOS = scenarios.names()
 # What was changed in reliableq/ because of what this harness showed (each its own commit, with the
 # before/after figures in its message).
 CHANGES: list[str] = [
-    "Claims (`leases.claim`): the claim and rescue statements are compiled by the ORM once and cached; a worker "
+    "Claims (`jobqueue.claim`): the claim and rescue statements are compiled by the ORM once and cached; a worker "
     "rescues expired leases on its first claim and then at most once per POLL_SECONDS (every idle poll still "
     "does), so a busy worker's claim is one statement sent in autocommit: one round trip instead of four "
     "(BEGIN, rescue, take, COMMIT). No-op 2 x 8: 1,044 -> 1,727 jobs/s.",

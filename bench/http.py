@@ -54,8 +54,8 @@ from django.db import connection  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
 from bench import proccpu  # noqa: E402
-from reliableq import db as queue_db  # noqa: E402
 from reliableq.models import Job  # noqa: E402
+from reliableq.queue import db as queue_db  # noqa: E402
 from testproject import accounts, dburl, pgbouncer, processes  # noqa: E402
 
 KIND = "demo.noop"

@@ -8,7 +8,7 @@ import os
 import time
 
 import reliableq
-from reliableq.leases import ClaimedJob
+from reliableq.queue import ClaimedJob
 
 SLEEP_SECONDS = 0.05
 FLAKY_BUDGET = 5

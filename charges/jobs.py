@@ -20,7 +20,7 @@ from email.message import Message
 from typing import Any
 
 import reliableq
-from reliableq.leases import ClaimedJob
+from reliableq.queue import ClaimedJob
 
 from .conf import charges_settings
 

@@ -26,11 +26,12 @@ from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from . import admin_times, charts, horizon, readcache, registry, rules, services, stats, workers
+from . import admin_times, charts, readcache, registry, rules, services
 from .admin_paging import CappedCountPaginator
 from .conf import reliableq_settings
 from .errors import InvalidJob, WrongStatus
 from .models import Attempt, Job, JobStatus, QueueDashboard, Worker
+from .queue import horizon, stats, workers
 
 STATUS_COLOURS: dict[str, str] = {
     JobStatus.PENDING: "#205493",

@@ -11,9 +11,9 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, connections, router
 
-from . import db
 from .conf import reliableq_settings
 from .models import FINISHED, Job
+from .queue import db
 
 ROUTER = "reliableq.routers.QueueRouter"
 

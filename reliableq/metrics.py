@@ -13,37 +13,13 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import db, horizon, stats, workers
-from .models import Attempt, Job, JobStatus, Outcome
+from .models import JobStatus, Outcome
+from .queue import horizon, stats, workers
 
 MAX_QUEUE_SERIES = 100
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
-def histograms() -> dict[str, tuple[list[int], float, int]]:
-    """Per kind: cumulative counts per bucket, the sum and the count of finished attempt durations."""
-    bucket_sql = ", ".join(f"count(*) FILTER (WHERE d <= {b})" for b in BUCKETS)
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT kind, {bucket_sql}, COALESCE(sum(d), 0), count(*)
-              FROM (SELECT j.kind, EXTRACT(EPOCH FROM a.finished_at - a.started_at)::float8 AS d
-                      FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
-                     WHERE a.finished_at IS NOT NULL
-                       AND a.outcome IN ('SUCCEEDED', 'FAILED_TRANSIENT', 'FAILED_PERMANENT')
-                   ) durations
-             GROUP BY kind
-            """
-        )
-        return {row[0]: (list(row[1:-2]), float(row[-2]), int(row[-1])) for row in cursor.fetchall()}
-
-
-def attempts_by_outcome() -> dict[str, int]:
-    counts = {o: 0 for o in Outcome.values}
-    with db.cursor() as cursor:
-        cursor.execute(f"SELECT outcome, count(*) FROM {Attempt._meta.db_table} GROUP BY outcome")
-        counts.update(dict(cursor.fetchall()))
-    return counts
+BUCKETS = stats.DURATION_BUCKETS
+histograms = stats.histograms
+attempts_by_outcome = stats.attempts_by_outcome
 
 
 class QueueCollector(Collector):

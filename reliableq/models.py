@@ -8,8 +8,9 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import db, ids
+from . import ids
 from .fields import BigIntegerArrayField, IntegerArrayField, UUIDArrayField
+from .queue import db
 
 
 class JobStatus(models.TextChoices):
@@ -361,7 +362,7 @@ class Leader(models.Model):
 
     One row per duty. A worker holds it by renewing before `expires_at`; when it stops renewing
     (it died, it was paused), any worker may take it over with a new token, so a late renewal
-    by the old holder finds the token changed and changes nothing (reliableq.leadership).
+    by the old holder finds the token changed and changes nothing (reliableq.queue.leadership).
     """
 
     name = models.CharField(max_length=100, primary_key=True)

@@ -41,7 +41,7 @@ class Rate:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What a claim must respect for one kind, fleet-wide (see reliableq.leases.claim)."""
+    """What a claim must respect for one kind, fleet-wide (see reliableq.jobqueue.claim)."""
 
     max_running: int | None = None  # RUNNING jobs of the kind
     per_key: int | None = None  # RUNNING jobs of the kind with one concurrency_key

@@ -2,7 +2,7 @@
 
     DATABASE_ROUTERS = ["reliableq.routers.QueueRouter"]
 
-The package's own queries need no router: they go through reliableq.db and the models' manager.
+The package's own queries need no router: they go through reliableq.queue.db and the models' manager.
 The router decides what `migrate` creates where, and sends your own ORM code on the queue's
 models (a `Job(...).save()`, a fixture) to the queue's database too.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, models
 
-from . import db
+from .queue import db
 
 APP_LABEL = "reliableq"
 

@@ -15,11 +15,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import audit, db, planguard, registry, rules, signals, tracing
+from . import audit, registry, rules, signals, tracing
 from .conf import reliableq_settings
 from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
 from .models import FINISHED, Attempt, BatchKey, Job, JobStatus, QueueState, ReturnValue
+from .queue import db, planguard
 
 __all__ = [
     "InvalidJob",
@@ -718,7 +719,7 @@ def prune(
         raise ValueError("batch_size must be at least 1.")
     # The oldest first, from the finished index: each batch reads only the rows it deletes. The
     # status is checked on each row, never used to choose an index (the admin's status index
-    # would read every finished row; see leases._filter_only).
+    # would read every finished row; see reliableq.queue.sql.filter_only).
     batch_sql = f"""
         SELECT id FROM {JOB}
          WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)
@@ -730,7 +731,7 @@ def prune(
         raise ValueError(f"Only finished jobs can be pruned, not {sorted(set(statuses) - set(FINISHED))}.")
     params = ([str(s) for s in statuses], older_than.total_seconds(), batch_size)
     # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
-    # cheaper, for every batch; check once per run, and analyze if so (see reliableq.planguard).
+    # cheaper, for every batch; check once per run, and analyze if so (see reliableq.queue.planguard).
     planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
     if dry_run:
         with db.cursor() as cursor:
@@ -758,7 +759,7 @@ def _delete_batches(
         with db.atomic():
             with db.cursor() as cursor:
                 # Attempts first, so one batch is one pass over each table, not a cascade per row;
-                # every delete by key, never by a join to the batch (see the note in leases.py). Each
+                # every delete by key, never by a join to the batch (see the note in reliableq.queue). Each
                 # job's attempts are read as one range of the (job_id, number) index: the whole range
                 # of `number`, so every attempt, but written as a range so that even with no
                 # statistics the planner expects a handful of rows per job, not a scan's worth.
@@ -862,7 +863,7 @@ def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
     deleted = Retained()
     # Pauses that ended by themselves (paused_until passed) leave their row: a running queue needs none.
     QueueState.objects.filter(paused_until__lte=Now()).delete()
-    from . import workers  # (it reads stats, which reads this module)
+    from .queue import workers
 
     workers.prune()
     for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():

@@ -43,19 +43,21 @@ class Ran:
 
 def run_due(queues: Sequence[str] | None = None, *, limit: int = 100, lease_seconds: float = 30.0) -> list[Ran]:
     """Claim up to `limit` due jobs of `queues` (default: every queue), run each handler here, finish them."""
-    from . import leases, registry, stats
+    from . import queue as jobqueue
+    from . import registry
+    from .queue import stats
     from .worker import executor
 
     queues = tuple(queues) if queues is not None else tuple(stats.queues())
     if not queues:
         return []
-    claimed, _ = leases.claim(
+    claimed, _ = jobqueue.claim(
         worker_id=WORKER_ID, queues=queues, limit=limit, lease_seconds=lease_seconds, limits=registry.limits()
     )
     ran = []
     for job in claimed:
         result = executor.run_attempt(job)
-        leases.finish([result.finish])
+        jobqueue.finish([result.finish])
         ran.append(
             Ran(
                 job_id=job.id,

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import reliableq
-from reliableq.leases import ClaimedJob
+from reliableq.queue import ClaimedJob
 
 
 @reliableq.handler("demo.noop", http=True)

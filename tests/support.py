@@ -97,7 +97,7 @@ def queue_database_env() -> dict[str, str]:
     """QUEUE_DATABASE_URL for a subprocess: the queue's test database, when the queue has one of its own."""
     from django.db import connections
 
-    from reliableq import db
+    from reliableq.queue import db
     from testproject import dburl
 
     if db.alias() == "default":

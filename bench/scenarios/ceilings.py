@@ -26,7 +26,7 @@ from .registry import scenario
 def ceilings(bench: Bench, s: Section) -> None:
     fp, fc = bench.p.fleet
     s.intro = (
-        f"The same claim and finish statements that the worker sends (captured from `reliableq.leases` at "
+        f"The same claim and finish statements that the worker sends (captured from `reliableq.queue` at "
         f"run time), with the fleet's {fp} client(s) and batches of {fc} (the worker's concurrency, the "
         "largest claim it makes), in the same transactions: the claim as one autocommit statement "
         "(the worker's periodic rescue, once per POLL_SECONDS, is left out), the finish in BEGIN ... "

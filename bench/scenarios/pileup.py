@@ -30,7 +30,7 @@ def pileup(bench: Bench, s: Section) -> None:
         "level inherited the dead versions of the repetitions before it (about 80,000 per repetition) and ran "
         "slower from one repetition to the next, which the ratios then charged to the finished rows. "
         "The claim's plan is EXPLAIN (ANALYZE, BUFFERS) of the take "
-        "statement the worker sends, captured from `reliableq.leases`, over 200 due jobs, rolled back."
+        "statement the worker sends, captured from `reliableq.queue`, over 200 due jobs, rolled back."
     )
     bench.rq.reset()
     rates: dict[int, Summary] = {}

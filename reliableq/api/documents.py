@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..models import Attempt, Job, JobStatus
+from ..queue.stats import QueueSummary
 from ..sanitize import without_traceback
-from ..stats import QueueSummary
 
 
 @functools.lru_cache(maxsize=256)  # a batch's jobs share their created_at, updated_at and mostly run_at

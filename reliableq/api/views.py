@@ -18,9 +18,10 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import health, rules, services, stats, tracing
+from .. import rules, services, tracing
 from ..errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from ..models import BatchKey, Job, JobStatus
+from ..queue import health, stats
 from . import documents, problems
 from .base import BaseAPIView
 from .permissions import holds, requires

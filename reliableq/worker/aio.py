@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..leases import ClaimedJob
+from ..queue import ClaimedJob
 from . import executor
 
 

@@ -38,8 +38,8 @@ def main(fd: int) -> None:
 
     django.setup()  # registers every app's handlers, as in the worker
 
-    from ..leases import ClaimedJob
     from ..models import Outcome
+    from ..queue import ClaimedJob
     from . import executor
     from .pool import _drop_broken_connections
 

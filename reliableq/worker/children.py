@@ -24,8 +24,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..conf import reliableq_settings
-from ..leases import ClaimedJob
 from ..models import Outcome
+from ..queue import ClaimedJob
 from . import executor
 
 logger = logging.getLogger("reliableq.worker")

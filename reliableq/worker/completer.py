@@ -14,8 +14,8 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError
 
 from .. import signals
-from ..leases import Finish, FinishResult
 from ..models import JobStatus, Outcome
+from ..queue import Finish, FinishResult
 from .ledger import Ledger
 from .pool import Pool
 from .store import Store

@@ -12,8 +12,8 @@ from typing import Any
 from .. import faults, policy, registry, rules, signals, tracing
 from ..conf import reliableq_settings
 from ..errors import Cancelled, PermanentError, Snooze
-from ..leases import ClaimedJob, Finish
 from ..models import JobStatus, Outcome
+from ..queue import ClaimedJob, Finish
 from ..sanitize import clean, describe, traceback_of
 
 

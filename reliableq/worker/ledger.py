@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..leases import ClaimedJob
+from ..queue import ClaimedJob
 
 
 @dataclass(slots=True)

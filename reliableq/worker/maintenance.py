@@ -1,6 +1,6 @@
 """The fleet's maintenance, done by one elected worker: rescue of expired leases, cron slots, retention.
 
-Every worker runs this service; one of them holds the `maintenance` lease (reliableq.leadership)
+Every worker runs this service; one of them holds the `maintenance` lease (reliableq.queue.leadership)
 and does the duties, the others only try now and then to take the lease over. The holder renews
 it every third of its length; if it dies or is paused, its lease runs out and the next worker to
 try takes the duties over under a new token, within one lease. So a fleet of fifty workers

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connections
 
 from .. import registry
-from ..leases import ClaimedJob
+from ..queue import ClaimedJob
 from . import executor
 from .aio import EventLoop
 from .children import Children

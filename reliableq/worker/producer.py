@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from ..leases import ClaimedJob
+from ..queue import ClaimedJob
 from ..registry import Limits
 from . import executor
 from .completer import fields

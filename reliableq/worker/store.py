@@ -1,7 +1,7 @@
 """What the worker asks of the database, as one narrow interface.
 
 The loop and its parts hold no SQL: they call a Store. DatabaseStore is the real one (each call
-is one function of reliableq.leases, services or scheduler, on the calling thread's connection to
+is one function of reliableq.queue, services or scheduler, on the calling thread's connection to
 the queue's database);
 tests of the loop's own logic (slots, timeouts, linger, shutdown) pass an in-memory Store.
 """
@@ -12,8 +12,9 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .. import db, floors, leadership, leases, scheduler, services, workers
-from ..leases import ClaimedJob, Finish, FinishResult, Rescued
+from .. import floors, services
+from .. import queue as jobqueue
+from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers
 from ..registry import Limits
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
@@ -88,7 +89,7 @@ class DatabaseStore:
         limits: Mapping[str, Limits],
         rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
-        return leases.claim(
+        return jobqueue.claim(
             worker_id=worker_id,
             queues=queues,
             limit=limit,
@@ -99,16 +100,16 @@ class DatabaseStore:
         )
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
-        return leases.finish(finishes)
+        return jobqueue.finish(finishes)
 
     def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
-        return leases.renew(held, lease_seconds=lease_seconds)
+        return jobqueue.renew(held, lease_seconds=lease_seconds)
 
     def mark_lost(self, held: Iterable[Lease], *, reason: str) -> set[uuid.UUID]:
-        return leases.mark_lost(held, reason=reason)
+        return jobqueue.mark_lost(held, reason=reason)
 
     def record_progress(self, reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
-        return leases.record_progress(reports)
+        return jobqueue.record_progress(reports)
 
     def worker_seen(self, worker_id: str, *, busy: int, start: dict[str, Any] | None = None) -> bool:
         if start is not None:
@@ -120,7 +121,7 @@ class DatabaseStore:
         workers.stopped(worker_id)
 
     def release_unacknowledged(self, *, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
-        return leases.release_unacknowledged(worker_id=worker_id, known=known)
+        return jobqueue.release_unacknowledged(worker_id=worker_id, known=known)
 
     def has_work(self, queues: Sequence[str]) -> bool:
         return services.has_work(tuple(queues))
@@ -135,13 +136,13 @@ class DatabaseStore:
         return leadership.resign(name, token=token)
 
     def rescue(self) -> list[Rescued]:
-        return leases.rescue(self._rescue_floor)
+        return jobqueue.rescue(self._rescue_floor)
 
     def retain(self) -> services.Retained:
         return services.retain()
 
     def guard_claims(self, queues: Sequence[str]) -> None:
-        leases.guard_claims(queues)
+        jobqueue.guard_claims(queues)
 
     def reset(self) -> None:
         db.connection().close()

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from reliableq import db
 from reliableq.models import Attempt, Job
+from reliableq.queue import db
 
 
 def job(job_id: uuid.UUID) -> Job:

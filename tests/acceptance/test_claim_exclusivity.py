@@ -11,8 +11,8 @@ import pytest
 from django.db.models.functions import Now
 
 import reliableq
-from reliableq import db
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import db
 from tests.support import wait_until
 
 from .helpers import attempts, db_now

@@ -15,8 +15,8 @@ import pytest
 
 import reliableq
 from bench.proccpu import cpu_seconds
-from reliableq import db
 from reliableq.models import Attempt, JobStatus, Outcome
+from reliableq.queue import db
 from tests.support import wait_until
 
 from .helpers import is_status, max_in_flight

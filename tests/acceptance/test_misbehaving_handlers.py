@@ -15,8 +15,9 @@ import pytest
 
 import reliableq
 from charges.models import ChargeRequest
-from reliableq import db, services
+from reliableq import services
 from reliableq.models import Attempt, Job, JobStatus, Outcome, ReturnValue
+from reliableq.queue import db
 from tests.support import wait_until
 
 from .helpers import is_status, max_in_flight

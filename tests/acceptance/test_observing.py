@@ -18,9 +18,10 @@ from opentelemetry import trace
 from rest_framework.test import APIClient
 
 import reliableq
-from reliableq import db, leases, signals
-from reliableq.leases import Finish
+from reliableq import queue as jobqueue
+from reliableq import signals
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import Finish, db
 from testproject import accounts, otel
 
 from .helpers import is_status
@@ -179,11 +180,11 @@ def test_progress_is_visible_while_the_job_runs_and_written_at_most_once_a_secon
 
 def test_a_stale_attempts_progress_changes_nothing():
     job = reliableq.enqueue("demo.noop", {}, queue="stale-progress")
-    [claimed], _ = leases.claim(worker_id="w", queues=["stale-progress"], limit=1, lease_seconds=30)
+    [claimed], _ = jobqueue.claim(worker_id="w", queues=["stale-progress"], limit=1, lease_seconds=30)
 
-    assert leases.record_progress([(job.id, uuid.uuid4(), {"done": 1, "total": 2, "note": ""})]) == 0
+    assert jobqueue.record_progress([(job.id, uuid.uuid4(), {"done": 1, "total": 2, "note": ""})]) == 0
     assert Job.objects.get(pk=job.id).progress is None
-    assert leases.record_progress([(job.id, claimed.lease_token, {"done": 1, "total": 2, "note": ""})]) == 1
+    assert jobqueue.record_progress([(job.id, claimed.lease_token, {"done": 1, "total": 2, "note": ""})]) == 1
     assert Job.objects.get(pk=job.id).progress["done"] == 1
 
 

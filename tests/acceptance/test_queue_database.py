@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 import reliableq
-from reliableq import db, leases
+from reliableq import queue as jobqueue
 from reliableq.models import JobStatus, Outcome
+from reliableq.queue import db
 
 from ..integration.helpers import expire
 from .helpers import attempts, job
@@ -27,7 +28,7 @@ def test_a_worker_needs_only_the_queues_database(spawn_worker):
     flaky = reliableq.enqueue("test.flaky", {"failures": 1})
     dead = reliableq.enqueue("test.permanent", {})
     reliableq.enqueue("demo.noop", {}, queue="abandoned")
-    [held], _ = leases.claim(worker_id="gone", queues=["abandoned"], limit=1, lease_seconds=30)
+    [held], _ = jobqueue.claim(worker_id="gone", queues=["abandoned"], limit=1, lease_seconds=30)
     expire(held.id)
     worker = spawn_worker("--burst", "--queues", "default,abandoned", env={"DATABASE_URL": UNREACHABLE})
     assert worker.wait(timeout=30) == 0, worker.output()

@@ -10,9 +10,9 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from reliableq import db
 from reliableq.backends import KIND, task_kind
 from reliableq.models import Job, JobStatus
+from reliableq.queue import db
 from reliableq.tasks_compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from testproject.tasks import add, async_double, exits, explode, fails_once, report, which_attempt
 

@@ -14,9 +14,10 @@ import uuid
 import pytest
 from django.test import Client
 
-from reliableq import charts, stats
-from reliableq import db as queue_db  # (the fixtures here take `db`)
+from reliableq import charts
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import db as queue_db
+from reliableq.queue import stats
 
 from .pages import body, section, text
 

@@ -9,9 +9,10 @@ import pytest
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import admin_paging, db
+from reliableq import admin_paging
 from reliableq.admin_paging import CappedCountPaginator
 from reliableq.models import Job, JobStatus
+from reliableq.queue import db
 
 from .pages import body, listed_ids
 

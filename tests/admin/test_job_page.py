@@ -157,13 +157,13 @@ def test_non_charge_job_page_has_no_charges_link(operator_client: Client) -> Non
 
 def test_a_running_jobs_progress_is_a_bar_on_its_page_and_in_the_list(operator_client):
     import reliableq
-    from reliableq import leases
+    from reliableq import queue as jobqueue
     from tests.api.jobs import claim_one, fresh_queue
 
     queue = fresh_queue()
     job = reliableq.enqueue("demo.noop", {}, queue=queue)
     claimed = claim_one(queue)
-    leases.record_progress([(job.id, claimed.lease_token, {"done": 3, "total": 12, "note": "rows"})])
+    jobqueue.record_progress([(job.id, claimed.lease_token, {"done": 3, "total": 12, "note": "rows"})])
 
     page = operator_client.get(f"/admin/reliableq/job/{job.id}/change/").content.decode()
     listing = operator_client.get("/admin/reliableq/job/?status__exact=RUNNING").content.decode()

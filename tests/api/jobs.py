@@ -6,9 +6,10 @@ import uuid
 from typing import Any
 
 import reliableq
-from reliableq import leases, services
-from reliableq.leases import Finish
+from reliableq import queue as jobqueue
+from reliableq import services
 from reliableq.models import Job, JobStatus, Outcome
+from reliableq.queue import Finish
 
 WORKER = "w-api-test"
 
@@ -18,21 +19,21 @@ def fresh_queue() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-def claim_one(queue: str, *, worker_id: str = WORKER) -> leases.ClaimedJob:
-    claimed, _ = leases.claim(worker_id=worker_id, queues=[queue], limit=1, lease_seconds=30)
+def claim_one(queue: str, *, worker_id: str = WORKER) -> jobqueue.ClaimedJob:
+    claimed, _ = jobqueue.claim(worker_id=worker_id, queues=[queue], limit=1, lease_seconds=30)
     assert len(claimed) == 1, f"expected one due job in {queue}, claimed {claimed}"
     return claimed[0]
 
 
-def finish(claimed: leases.ClaimedJob, status: str, outcome: str, error: str = "") -> None:
-    result = leases.finish(
+def finish(claimed: jobqueue.ClaimedJob, status: str, outcome: str, error: str = "") -> None:
+    result = jobqueue.finish(
         [Finish(job_id=claimed.id, lease_token=claimed.lease_token, status=status, outcome=outcome, error=error)]
     )
     assert result.finalized == [claimed.id], result
 
 
 def job_in(status: str, *, kind: str = "demo.noop", payload: dict[str, Any] | None = None, **options: Any) -> Job:
-    """A job in `status`; RUNNING, SUCCEEDED and DEAD ones went through leases.claim (and finish)."""
+    """A job in `status`; RUNNING, SUCCEEDED and DEAD ones went through jobqueue.claim (and finish)."""
     queue = options.pop("queue", None) or fresh_queue()
     job = reliableq.enqueue(kind, payload if payload is not None else {"made": status}, queue=queue, **options)
     if status == JobStatus.CANCELLED:

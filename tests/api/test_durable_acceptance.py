@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from reliableq import db
 from reliableq.models import Job
+from reliableq.queue import db
 
 from .conftest import problem_of
 

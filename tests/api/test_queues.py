@@ -188,10 +188,10 @@ def test_stats_count_due_work_of_paused_queues_and_work_a_limit_holds_back(api, 
     keyed = fresh_queue()
     for key in ("a", "a", "a", "b"):
         reliableq.enqueue("test.per_key", {}, queue=keyed, concurrency_key=key)
-    from reliableq import leases
+    from reliableq import queue as jobqueue
 
     def claim(queue: str, n: int) -> None:
-        claimed, _ = leases.claim(
+        claimed, _ = jobqueue.claim(
             worker_id="w", queues=[queue], limit=n, lease_seconds=30, limits=registry.limits(), rescue=False
         )
         assert len(claimed) == n
@@ -230,7 +230,7 @@ def test_metrics_export_paused_and_throttled_work_and_each_queues_pause_state(ap
 
 
 def test_a_rated_kind_whose_window_is_full_counts_as_throttled(api):
-    from reliableq import leases
+    from reliableq import queue as jobqueue
     from testproject.jobs import rated
 
     saved = dict(registry._handlers)
@@ -240,7 +240,7 @@ def test_a_rated_kind_whose_window_is_full_counts_as_throttled(api):
         queue = fresh_queue()
         for _ in range(5):
             reliableq.enqueue("test.rated", {}, queue=queue)
-        claimed, _ = leases.claim(
+        claimed, _ = jobqueue.claim(
             worker_id="w", queues=[queue], limit=5, lease_seconds=30, limits=registry.limits(), rescue=False
         )
         assert len(claimed) == 2  # the window's N

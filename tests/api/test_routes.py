@@ -11,9 +11,10 @@ from django.db.models.functions import Now
 from django.urls import URLPattern, URLResolver, get_resolver
 from openapi_spec_validator import validate
 
-from reliableq import db, leases
+from reliableq import queue as jobqueue
 from reliableq.models import Attempt, Job, JobStatus, Outcome
-from reliableq.stats import snapshot
+from reliableq.queue import db
+from reliableq.queue.stats import snapshot
 
 from .conftest import ALL_PERMS, problem_of
 from .jobs import claim_one, finish, fresh_queue, job_in
@@ -313,7 +314,7 @@ def test_cancel_withdraws_a_pending_job_so_no_worker_claims_it(api):
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["id"] == str(job.id) and body["status"] == "CANCELLED" and body["finished_at"] is not None
-    claimed, _ = leases.claim(worker_id="w", queues=[job.queue], limit=10, lease_seconds=30)
+    claimed, _ = jobqueue.claim(worker_id="w", queues=[job.queue], limit=10, lease_seconds=30)
     assert claimed == []
     assert not Attempt.objects.filter(job_id=job.id).exists()
 

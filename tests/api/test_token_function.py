@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 
-from reliableq import db
 from reliableq.api import permissions, tokenfunction
 from reliableq.api.authentication import TokenAuthentication
+from reliableq.queue import db
 from testproject import accounts
 
 from .conftest import problem_of, token_client

@@ -22,9 +22,10 @@ from django.test import override_settings
 
 import reliableq
 from charges.models import Charge, ChargeRequest
-from reliableq import leases, registry
-from reliableq.leases import ClaimedJob
+from reliableq import queue as jobqueue
+from reliableq import registry
 from reliableq.models import Job, JobStatus, Outcome
+from reliableq.queue import ClaimedJob
 from reliableq.services import replay
 
 from .helpers import counts, effect_key, outcomes
@@ -123,7 +124,7 @@ def redirecting(serve, code: int, location: str) -> Server:
 def claimed_charge(payload: dict | None = None) -> ClaimedJob:
     queue = f"t-{uuid.uuid4().hex[:12]}"
     job = reliableq.enqueue("charge", payload or EUR_500, queue=queue)
-    claimed, _ = leases.claim(worker_id="w-redirect-test", queues=[queue], limit=1, lease_seconds=30)
+    claimed, _ = jobqueue.claim(worker_id="w-redirect-test", queues=[queue], limit=1, lease_seconds=30)
     assert [c.id for c in claimed] == [job.id]
     return claimed[0]
 

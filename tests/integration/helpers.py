@@ -16,9 +16,9 @@ import psycopg
 from django.db import connections
 from django.db.models.functions import Now
 
-from reliableq import db, leases
-from reliableq.leases import ClaimedJob, Rescued
+from reliableq import queue as jobqueue
 from reliableq.models import Job
+from reliableq.queue import ClaimedJob, Rescued, db
 from testproject import dburl
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ def raw_connect(*, autocommit: bool = False) -> psycopg.Connection:
 def claim(
     *, worker_id: str = "w-test", queues: Sequence[str] = ("default",), limit: int = 10, lease_seconds: float = 30
 ) -> tuple[list[ClaimedJob], list[Rescued]]:
-    return leases.claim(worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds)
+    return jobqueue.claim(worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds)
 
 
 def claim_jobs(**kwargs: Any) -> list[ClaimedJob]:

@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test import override_settings
 
-from reliableq import checks, db
+from reliableq import checks
+from reliableq.queue import db
 from testproject import dburl
 
 ROOT = Path(__file__).resolve().parents[2]

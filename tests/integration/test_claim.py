@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from django.db.models.functions import Now
 
-from reliableq import db
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import db
 from tests.factories import JobFactory
 
 from .helpers import claim, claim_jobs, db_clock, db_now, spawn

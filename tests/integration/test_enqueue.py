@@ -11,9 +11,9 @@ from django.db import transaction
 from django.utils import timezone
 
 import reliableq
-from reliableq import db
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
+from reliableq.queue import db
 from reliableq.services import InvalidJob, enqueue, submit
 from tests.support import wait_until
 

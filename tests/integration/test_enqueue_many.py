@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 
 import reliableq
-from reliableq import db
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
+from reliableq.queue import db
 from reliableq.services import InvalidJob, enqueue_many
 
 from .helpers import claim_jobs, db_now, raw_connect

@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 from django.db.models.functions import Now
 
-from reliableq.leases import Rescued
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import Rescued
 from tests.factories import RunningJobFactory
 
 from .helpers import claim, db_clock, db_now, expire

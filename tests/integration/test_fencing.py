@@ -8,9 +8,9 @@ import uuid
 import pytest
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import db, leases
-from reliableq.leases import ClaimedJob, Finish
+from reliableq import queue as jobqueue
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import ClaimedJob, Finish, db
 from reliableq.worker import executor
 from tests.factories import JobFactory, RunningJobFactory
 
@@ -38,9 +38,9 @@ def updates(queries: CaptureQueriesContext) -> list[str]:
 def test_stale_token_cannot_renew() -> None:
     job, stale, current = taken_over()
     before = snapshot(job.pk)
-    assert leases.renew([(job.pk, stale)], lease_seconds=600) == {}
+    assert jobqueue.renew([(job.pk, stale)], lease_seconds=600) == {}
     assert snapshot(job.pk) == before  # lease_expires_at unchanged
-    assert leases.renew([(job.pk, current.lease_token)], lease_seconds=600) == {job.pk: False}
+    assert jobqueue.renew([(job.pk, current.lease_token)], lease_seconds=600) == {job.pk: False}
 
 
 @pytest.mark.django_db
@@ -58,7 +58,7 @@ def test_stale_token_cannot_finish(status: str, outcome: str, delay: float) -> N
     before = snapshot(job.pk)
     expired_attempt = Attempt.objects.values().get(job=job, number=1)
 
-    result = leases.finish(
+    result = jobqueue.finish(
         [Finish(job_id=job.pk, lease_token=stale, status=status, outcome=outcome, error="stale says so", delay=delay)]
     )
 
@@ -87,7 +87,7 @@ def test_stale_attempt_still_running_is_marked_lease_lost() -> None:
     before = snapshot(job.pk)
     start = db_now()
 
-    result = leases.finish(
+    result = jobqueue.finish(
         [Finish(job_id=job.pk, lease_token=stale, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)]
     )
 
@@ -102,13 +102,13 @@ def test_stale_attempt_still_running_is_marked_lease_lost() -> None:
 @pytest.mark.django_db
 def test_stale_token_cannot_touch_a_job_the_new_owner_already_finished() -> None:
     job, stale, current = taken_over()
-    leases.finish(
+    jobqueue.finish(
         [Finish(job_id=job.pk, lease_token=current.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)]
     )
     before = snapshot(job.pk)
     attempts_before = list(Attempt.objects.filter(job=job).values())
 
-    result = leases.finish(
+    result = jobqueue.finish(
         [Finish(job_id=job.pk, lease_token=stale, status=JobStatus.PENDING, outcome=Outcome.FAILED_TRANSIENT)]
     )
 
@@ -124,7 +124,7 @@ def test_current_token_finalizes_the_job() -> None:
     [claimed] = claim_jobs()
     start = db_now()
 
-    result = leases.finish(
+    result = jobqueue.finish(
         [Finish(job_id=job.pk, lease_token=claimed.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)]
     )
 
@@ -154,7 +154,7 @@ def test_finish_writes_many_jobs_in_one_call_with_mixed_outcomes() -> None:
         fin(dead, JobStatus.DEAD, Outcome.FAILED_PERMANENT, error="user 7 no longer exists"),
         Finish(job_id=lost_job.pk, lease_token=stale, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED),
     ]
-    result = leases.finish(finishes)
+    result = jobqueue.finish(finishes)
 
     assert result.finalized == [ok.pk, retry.pk, dead.pk]
     assert result.lost == [lost_job.pk]
@@ -172,7 +172,7 @@ def test_finish_of_a_batch_is_one_fenced_statement() -> None:
     JobFactory.create_batch(5)
     claimed = claim_jobs(limit=5)
     with CaptureQueriesContext(db.connection()) as queries:
-        result = leases.finish(
+        result = jobqueue.finish(
             [
                 Finish(job_id=c.id, lease_token=c.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)
                 for c in claimed
@@ -189,7 +189,7 @@ def test_retry_persists_run_at_from_database_time_and_clears_the_lease() -> None
     [claimed] = claim_jobs()
     start = db_now()
 
-    leases.finish(
+    jobqueue.finish(
         [
             Finish(
                 job_id=job.pk,
@@ -228,7 +228,7 @@ def test_dead_keeps_payload_sanitized_error_and_all_attempts() -> None:
         make_due(job.pk)
         [claimed] = claim_jobs()
         result = executor.run_attempt(claimed)  # the real handler raises TransientError
-        assert leases.finish([result.finish]).finalized == [job.pk]
+        assert jobqueue.finish([result.finish]).finalized == [job.pk]
 
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.DEAD
@@ -245,7 +245,7 @@ def test_permanent_error_goes_dead_at_once_with_its_secret_redacted() -> None:
     job = JobFactory(kind="test.permanent", payload={"user": 7})
     [claimed] = claim_jobs()
     result = executor.run_attempt(claimed)
-    assert leases.finish([result.finish]).finalized == [job.pk]
+    assert jobqueue.finish([result.finish]).finalized == [job.pk]
 
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.payload) == (JobStatus.DEAD, 1, {"user": 7})

@@ -16,10 +16,12 @@ import pytest
 from django.db.models import F
 
 import reliableq
-from reliableq import db, leases, services
+from reliableq import queue as jobqueue
+from reliableq import services
 from reliableq.floors import ClaimFloors, RescueFloor
-from reliableq.leases import Finish
 from reliableq.models import Job, JobStatus
+from reliableq.queue import Finish, db
+from reliableq.queue import pick as jobqueue_pick
 
 from .helpers import expire, raw_connect
 
@@ -35,24 +37,24 @@ class Clock:
 
 
 def claim(floors: ClaimFloors | None, limit: int = 10, queues: tuple[str, ...] = ("default",)) -> list:
-    jobs, _ = leases.claim(
+    jobs, _ = jobqueue.claim(
         worker_id="w-floor", queues=queues, limit=limit, lease_seconds=30, rescue=False, floors=floors
     )
     return jobs
 
 
 def finish(jobs: list) -> None:
-    leases.finish(
+    jobqueue.finish(
         [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
     )
 
 
 def pick_buffers(floors: ClaimFloors | None) -> int:
     """Shared buffers that the claim's pick of 10 rows touches (EXPLAIN ANALYZE, rolled back)."""
-    sql, params = leases._take_sql(("default",), 10, (), None, floored=floors is not None)
+    sql, params = jobqueue_pick.take_sql(("default",), 10, (), None, floored=floors is not None)
     if floors is not None:
         params = tuple(
-            floors.bound(p.queue, sweep=False)[p.part] if isinstance(p, leases._Floor) else p for p in params
+            floors.bound(p.queue, sweep=False)[p.part] if isinstance(p, jobqueue_pick.Floor) else p for p in params
         )
     picked = sql.split("WITH picked AS MATERIALIZED (", 1)[1].split("),\n            claimed AS", 1)[0]
     with db.atomic():
@@ -65,7 +67,7 @@ def pick_buffers(floors: ClaimFloors | None) -> int:
             document = cursor.fetchone()[0]
         db.connection().set_rollback(True)
     plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
-    assert leases.DUE_INDEX in json.dumps(plan), plan
+    assert jobqueue.DUE_INDEX in json.dumps(plan), plan
     return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
 
 
@@ -140,16 +142,16 @@ def test_the_rescue_reads_from_its_floor_and_sweeps_now_and_then() -> None:
     services.enqueue_many("demo.noop", [{}] * 3)
     a, b, c = claim(None)
     expire(a.id)
-    assert [r.job_id for r in leases.rescue(floor)] == [a.id]  # the first rescue reads it all
+    assert [r.job_id for r in jobqueue.rescue(floor)] == [a.id]  # the first rescue reads it all
 
     # A lease that ran out long before the last complete rescue (its row was locked by its owner
     # while that rescue passed, say): below the floor, so left for the sweep.
     expire(b.id, seconds=3600)
     expire(c.id)  # an ordinary expiry: at the floor's front
     clock.now = 1.0
-    assert [r.job_id for r in leases.rescue(floor)] == [c.id]
+    assert [r.job_id for r in jobqueue.rescue(floor)] == [c.id]
     clock.now = 61.0
-    assert [r.job_id for r in leases.rescue(floor)] == [b.id]
+    assert [r.job_id for r in jobqueue.rescue(floor)] == [b.id]
     assert Job.objects.filter(status=JobStatus.PENDING).count() == 3
 
 

@@ -15,10 +15,11 @@ from django.contrib.auth.models import User
 from django.db.models.functions import Now
 
 import reliableq
-from reliableq import db, leases, registry, services
+from reliableq import queue as jobqueue
+from reliableq import registry, services
 from reliableq.errors import InvalidJob, WrongStatus
-from reliableq.leases import Finish
 from reliableq.models import Attempt, Job, JobStatus, Outcome, QueueState
+from reliableq.queue import Finish, db
 from reliableq.testing import run_due
 from testproject.jobs import per_key, rated
 from tests.support import wait_until
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def claim_limited(worker_id: str = "w-test", *, limit: int = 10, queues: tuple[str, ...] = ("default",)) -> list:
-    jobs, _ = leases.claim(
+    jobs, _ = jobqueue.claim(
         worker_id=worker_id, queues=queues, limit=limit, lease_seconds=30, limits=registry.limits(), rescue=False
     )
     return jobs
@@ -124,7 +125,7 @@ def test_per_key_limit_holds_across_concurrent_claimers() -> None:
             taken += len(jobs)
             peaks.append(max(running_per_key().values(), default=0))
             # Finish what was taken, so that keys free up and the claimers compete again.
-            leases.finish(
+            jobqueue.finish(
                 [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
             )
         return taken
@@ -174,7 +175,7 @@ def test_every_window_of_a_10_per_second_kind_holds_at_most_10_starts() -> None:
     while started < 40 and db_now() < deadline:
         jobs = claim_limited(limit=7)
         started += len(jobs)
-        leases.finish(
+        jobqueue.finish(
             [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
         )
     assert started == 40
@@ -195,7 +196,7 @@ def test_the_rate_limit_holds_across_concurrent_claimers() -> None:
         while db_now() < deadline:
             jobs = claim_limited(f"w{n}", limit=3)
             taken += len(jobs)
-            leases.finish(
+            jobqueue.finish(
                 [Finish(job_id=j.id, lease_token=j.lease_token, status="SUCCEEDED", outcome="SUCCEEDED") for j in jobs]
             )
         return taken
@@ -320,7 +321,7 @@ def test_a_running_job_of_a_paused_queue_finishes() -> None:
     reliableq.enqueue("demo.noop", {}, queue="mail")
     [job] = claim_jobs(queues=("mail",))
     services.pause("mail")
-    result = leases.finish(
+    result = jobqueue.finish(
         [Finish(job_id=job.id, lease_token=job.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
     )
     assert result.finalized == [job.id]
@@ -345,12 +346,12 @@ def test_resume_wakes_listeners_at_once() -> None:
 def test_cancel_of_a_running_job_is_a_request_that_the_renewal_reports() -> None:
     reliableq.enqueue("test.cancellable", {})
     [job] = claim_jobs()
-    assert leases.renew([(job.id, job.lease_token)], lease_seconds=30) == {job.id: False}
+    assert jobqueue.renew([(job.id, job.lease_token)], lease_seconds=30) == {job.id: False}
 
     asked = services.cancel(job.id)
 
     assert asked.status == JobStatus.RUNNING and asked.cancel_requested_at is not None
-    assert leases.renew([(job.id, job.lease_token)], lease_seconds=30) == {job.id: True}
+    assert jobqueue.renew([(job.id, job.lease_token)], lease_seconds=30) == {job.id: True}
 
 
 @pytest.mark.parametrize(
@@ -368,7 +369,7 @@ def test_the_end_of_an_attempt_asked_to_cancel(reported: tuple[str, str], final:
     [job] = claim_jobs()
     services.cancel(job.id)
     status, reported_outcome = reported
-    leases.finish([Finish(job_id=job.id, lease_token=job.lease_token, status=status, outcome=reported_outcome)])
+    jobqueue.finish([Finish(job_id=job.id, lease_token=job.lease_token, status=status, outcome=reported_outcome)])
     row = Job.objects.get(pk=job.id)
     assert row.status == final and row.lease_token is None
     assert row.attempt_set.get().outcome == outcome
@@ -380,17 +381,17 @@ def test_an_expired_lease_of_a_job_asked_to_cancel_ends_cancelled() -> None:
     [job] = claim_jobs()
     services.cancel(job.id)
     expire(job.id)
-    [rescued] = leases.rescue()
+    [rescued] = jobqueue.rescue()
     assert rescued.status == JobStatus.CANCELLED
     assert Job.objects.get(pk=job.id).status == JobStatus.CANCELLED
 
 
 def test_a_cancel_racing_a_success_leaves_exactly_one_final_state() -> None:
-    def succeed(job: leases.ClaimedJob, go: threading.Barrier) -> None:
+    def succeed(job: jobqueue.ClaimedJob, go: threading.Barrier) -> None:
         go.wait()
-        leases.finish([Finish(job_id=job.id, lease_token=job.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")])
+        jobqueue.finish([Finish(job_id=job.id, lease_token=job.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")])
 
-    def cancel(job: leases.ClaimedJob, go: threading.Barrier) -> str:
+    def cancel(job: jobqueue.ClaimedJob, go: threading.Barrier) -> str:
         go.wait()
         try:
             return services.cancel(job.id).status

@@ -9,8 +9,9 @@ import pytest
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import db, leases
+from reliableq import queue as jobqueue
 from reliableq.models import Attempt, Job, Outcome
+from reliableq.queue import db
 from reliableq.worker.heartbeat import Heartbeat
 from tests.factories import RunningJobFactory
 
@@ -111,8 +112,8 @@ def test_beat_that_races_the_owners_own_finish_reports_no_loss() -> None:
     """The finish committed between the heartbeat's snapshot and its renew: not a lost lease."""
     job = RunningJobFactory()
     held = {job.pk: job.lease_token}
-    result = leases.finish(
-        [leases.Finish(job_id=job.pk, lease_token=job.lease_token, status="SUCCEEDED", outcome=Outcome.SUCCEEDED)]
+    result = jobqueue.finish(
+        [jobqueue.Finish(job_id=job.pk, lease_token=job.lease_token, status="SUCCEEDED", outcome=Outcome.SUCCEEDED)]
     )
     assert result.finalized == [job.pk]
     lost: list = []
@@ -126,7 +127,7 @@ def test_beat_reports_a_lease_a_rescuer_already_closed_as_expired() -> None:
     job = RunningJobFactory(worker_id="w-paused")
     held = {job.pk: job.lease_token}
     expire(job.pk)
-    claimed, rescued = leases.claim(worker_id="w-rescuer", queues=["default"], limit=1, lease_seconds=30)
+    claimed, rescued = jobqueue.claim(worker_id="w-rescuer", queues=["default"], limit=1, lease_seconds=30)
     assert [r.job_id for r in rescued] == [job.pk] and claimed[0].id == job.pk
     lost: list = []
     heartbeat(held, lost).beat()

@@ -12,8 +12,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 import reliableq
-from reliableq import horizon
 from reliableq.models import Job
+from reliableq.queue import horizon
 from testproject import accounts
 from tests.support import wait_until
 

@@ -9,9 +9,10 @@ import pytest
 from django.core import checks
 from django.db.models.functions import Now
 
-from reliableq import leadership, services
+from reliableq import services
 from reliableq.checks import retention_errors
 from reliableq.models import Job, JobStatus, Leader
+from reliableq.queue import leadership
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import reliableq
-from reliableq import leases
+from reliableq import queue as jobqueue
 from reliableq.models import Job, JobStatus
 from testproject.jobs import capped
 from tests.factories import JobFactory
@@ -21,17 +21,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_claim_takes_no_more_of_a_capped_kind_than_its_cap_leaves() -> None:
     JobFactory.create_batch(5, kind="test.capped")
     JobFactory.create_batch(3, kind="demo.noop")
-    jobs, _ = leases.claim(worker_id="w1", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
+    jobs, _ = jobqueue.claim(worker_id="w1", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
     kinds = sorted(j.kind for j in jobs)
     assert kinds == ["demo.noop"] * 3 + ["test.capped"] * 2
     # The cap counts what runs anywhere: a second worker gets none until one finishes.
-    more, _ = leases.claim(worker_id="w2", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
+    more, _ = jobqueue.claim(worker_id="w2", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
     assert more == []
     first = next(j for j in jobs if j.kind == "test.capped")
-    leases.finish(
-        [leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
+    jobqueue.finish(
+        [jobqueue.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
     )
-    more, _ = leases.claim(worker_id="w2", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
+    more, _ = jobqueue.claim(worker_id="w2", queues=["default"], limit=10, lease_seconds=30, caps={"test.capped": 2})
     assert [j.kind for j in more] == ["test.capped"]
 
 
@@ -41,7 +41,7 @@ def test_concurrent_claimers_never_exceed_the_cap_together() -> None:
 
     def claimer(n: int) -> int:
         barrier.wait()
-        jobs, _ = leases.claim(
+        jobs, _ = jobqueue.claim(
             worker_id=f"w{n}", queues=["default"], limit=5, lease_seconds=30, caps={"test.capped": 3}
         )
         return len(jobs)
@@ -53,7 +53,7 @@ def test_concurrent_claimers_never_exceed_the_cap_together() -> None:
 
 def test_without_caps_the_claim_ignores_max_running() -> None:
     JobFactory.create_batch(4, kind="test.capped")
-    jobs, _ = leases.claim(worker_id="w1", queues=["default"], limit=10, lease_seconds=30)
+    jobs, _ = jobqueue.claim(worker_id="w1", queues=["default"], limit=10, lease_seconds=30)
     assert len(jobs) == 4
 
 
@@ -65,17 +65,17 @@ def test_a_claim_that_waited_for_the_cap_starts_its_attempt_after_the_finish_it_
     from .helpers import lock_waiters, raw_connect
 
     JobFactory.create_batch(2, kind="test.capped")
-    [first], _ = leases.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1})
+    [first], _ = jobqueue.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1})
     with raw_connect() as holder:  # another claimer of the kind, holding its lock
         holder.execute("SELECT pg_advisory_xact_lock(hashtext('reliableq:max_running:test.capped'))")
         waiting = spawn(
-            leases.claim, worker_id="w2", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1}
+            jobqueue.claim, worker_id="w2", queues=["default"], limit=1, lease_seconds=30, caps={"test.capped": 1}
         )
         from tests.support import wait_until
 
         wait_until(lambda: lock_waiters() >= 1, timeout=30, what="the second claim to wait for the lock")
-        leases.finish(
-            [leases.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
+        jobqueue.finish(
+            [jobqueue.Finish(job_id=first.id, lease_token=first.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")]
         )
         holder.commit()
     [second], _ = waiting.result(timeout=30)

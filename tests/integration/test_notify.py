@@ -8,7 +8,8 @@ import psycopg
 import pytest
 
 import reliableq
-from reliableq import db, services
+from reliableq import services
+from reliableq.queue import db
 
 from .helpers import raw_connect
 

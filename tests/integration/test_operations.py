@@ -10,8 +10,9 @@ from django.core.management import call_command
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from reliableq import db, health, leases
+from reliableq import queue as jobqueue
 from reliableq.models import Outcome
+from reliableq.queue import db, health
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -29,10 +30,10 @@ def viewer() -> APIClient:
 def some_history() -> None:
     JobFactory.create_batch(2, kind="demo.noop")
     JobFactory(kind="test.permanent", status="DEAD", finished_at="2030-01-01T00:00:00Z", last_error="x")
-    jobs, _ = leases.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30)
-    leases.finish(
+    jobs, _ = jobqueue.claim(worker_id="w1", queues=["default"], limit=1, lease_seconds=30)
+    jobqueue.finish(
         [
-            leases.Finish(
+            jobqueue.Finish(
                 job_id=jobs[0].id, lease_token=jobs[0].lease_token, status="SUCCEEDED", outcome=Outcome.SUCCEEDED
             )
         ]

@@ -22,9 +22,11 @@ from prometheus_client import generate_latest
 from rest_framework.test import APIClient
 
 import reliableq
-from reliableq import db, health, horizon, leadership, leases, metrics, scheduler, services, stats, testing
+from reliableq import metrics, services, testing
+from reliableq import queue as jobqueue
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
+from reliableq.queue import db, health, horizon, leadership, scheduler, stats
 
 from .helpers import claim_jobs, expire, raw_connect
 
@@ -74,13 +76,13 @@ def test_the_package_works_with_the_default_database_refused() -> None:
     services.submit_many([services.NewJob(kind="test.permanent", payload={})])
     doomed = reliableq.enqueue("demo.noop", {"n": 4}, queue="doomed")
     services.cancel(doomed.pk)
-    claimed, _ = leases.claim(worker_id="w1", queues=["default", "bulk"], limit=2, lease_seconds=30, caps={"x": 1})
-    assert set(leases.renew([(c.id, c.lease_token) for c in claimed], lease_seconds=30)) == {c.id for c in claimed}
+    claimed, _ = jobqueue.claim(worker_id="w1", queues=["default", "bulk"], limit=2, lease_seconds=30, caps={"x": 1})
+    assert set(jobqueue.renew([(c.id, c.lease_token) for c in claimed], lease_seconds=30)) == {c.id for c in claimed}
     expire(claimed[0].id)
-    assert [r.job_id for r in leases.rescue()] == [claimed[0].id]
-    assert leases.finish(
+    assert [r.job_id for r in jobqueue.rescue()] == [claimed[0].id]
+    assert jobqueue.finish(
         [
-            leases.Finish(job_id=c.id, lease_token=c.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")
+            jobqueue.Finish(job_id=c.id, lease_token=c.lease_token, status="SUCCEEDED", outcome="SUCCEEDED")
             for c in claimed[1:]
         ]
     ).finalized
@@ -91,7 +93,7 @@ def test_the_package_works_with_the_default_database_refused() -> None:
     token = leadership.lead("maintenance", holder="w1", seconds=5, token=None)
     assert token is not None and leadership.resign("maintenance", token=token)
     scheduler.schedule_next()
-    leases.guard_claims(["default"])
+    jobqueue.guard_claims(["default"])
     assert services.retain() == {"SUCCEEDED": 0, "CANCELLED": 0, "DEAD": 0}
     snapshot = stats.snapshot()
     assert snapshot["by_status"][JobStatus.SUCCEEDED] >= 3

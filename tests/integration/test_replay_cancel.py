@@ -6,9 +6,10 @@ import uuid
 
 import pytest
 
-from reliableq import leases, services
-from reliableq.leases import Finish
+from reliableq import queue as jobqueue
+from reliableq import services
 from reliableq.models import Attempt, Job, JobStatus, Outcome
+from reliableq.queue import Finish
 from reliableq.services import WrongStatus
 from tests.factories import JobFactory, RunningJobFactory
 
@@ -20,7 +21,7 @@ def fail_until_dead(job: Job) -> None:
     while True:
         [claimed] = claim_jobs()
         last = claimed.attempt >= claimed.max_attempts
-        leases.finish(
+        jobqueue.finish(
             [
                 Finish(
                     job_id=job.pk,

@@ -7,8 +7,9 @@ import datetime as dt
 import pytest
 
 import reliableq
-from reliableq import registry, scheduler
+from reliableq import registry
 from reliableq.models import Job
+from reliableq.queue import scheduler
 from testproject.jobs import every_second
 
 from .helpers import spawn

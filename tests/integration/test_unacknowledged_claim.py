@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reliableq import leases
+from reliableq import queue as jobqueue
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from tests.factories import JobFactory
 
@@ -12,12 +12,12 @@ from tests.factories import JobFactory
 @pytest.mark.django_db
 def test_release_unacknowledged_requeues_only_this_workers_unknown_claims() -> None:
     JobFactory.create_batch(3)
-    mine, _ = leases.claim(worker_id="w-me", queues=["default"], limit=3, lease_seconds=30)
+    mine, _ = jobqueue.claim(worker_id="w-me", queues=["default"], limit=3, lease_seconds=30)
     JobFactory()
-    theirs, _ = leases.claim(worker_id="w-other", queues=["default"], limit=1, lease_seconds=30)
+    theirs, _ = jobqueue.claim(worker_id="w-other", queues=["default"], limit=1, lease_seconds=30)
     known, unheard = mine[0], mine[1:]  # the worker heard about one claim only
 
-    released = leases.release_unacknowledged(worker_id="w-me", known=[known.lease_token])
+    released = jobqueue.release_unacknowledged(worker_id="w-me", known=[known.lease_token])
 
     assert sorted(released) == sorted(j.id for j in unheard)
     for job in unheard:
@@ -31,7 +31,7 @@ def test_release_unacknowledged_requeues_only_this_workers_unknown_claims() -> N
 @pytest.mark.django_db
 def test_release_unacknowledged_buries_a_job_whose_budget_it_spent() -> None:
     JobFactory(max_attempts=1)
-    leases.claim(worker_id="w-me", queues=["default"], limit=1, lease_seconds=30)
-    [job_id] = leases.release_unacknowledged(worker_id="w-me", known=[])
+    jobqueue.claim(worker_id="w-me", queues=["default"], limit=1, lease_seconds=30)
+    [job_id] = jobqueue.release_unacknowledged(worker_id="w-me", known=[])
     job = Job.objects.get(pk=job_id)
     assert job.status == JobStatus.DEAD and job.finished_at is not None and job.last_error

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reliableq import planguard
+from reliableq.queue import planguard
 
 from . import tables
 from .explain import Plan

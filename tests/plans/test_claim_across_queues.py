@@ -12,14 +12,14 @@ import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
-from reliableq import leases
+from reliableq import queue as jobqueue
 from reliableq.models import Attempt, Job, JobStatus
 from testproject import dburl
 from tests.factories import JobFactory
 
 
 def claim_ids(queues: tuple[str, ...], limit: int) -> list[uuid.UUID]:
-    jobs, _ = leases.claim(worker_id="w-plans", queues=queues, limit=limit, lease_seconds=30, rescue=False)
+    jobs, _ = jobqueue.claim(worker_id="w-plans", queues=queues, limit=limit, lease_seconds=30, rescue=False)
     return [job.id for job in jobs]
 
 

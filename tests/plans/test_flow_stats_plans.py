@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import reliableq
-from reliableq import registry, services, stats
+from reliableq import registry, services
 from reliableq.models import Job, JobStatus
+from reliableq.queue import stats
 
 from . import tables
 from .explain import Plan, capture, nodes, quiet

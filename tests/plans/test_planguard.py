@@ -10,7 +10,10 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from reliableq import leases, planguard
+from reliableq import queue as jobqueue
+from reliableq.queue import pick as jobqueue_pick
+from reliableq.queue import planguard
+from reliableq.queue import sql as jobqueue_sql
 from testproject import dburl
 
 from . import tables
@@ -28,7 +31,7 @@ def pick() -> tuple[str, tuple[object, ...]]:
 
     due = Job.objects.due().filter(queue="default").order_by("priority", "run_at").values("id", "priority", "run_at")
     with transaction.atomic():
-        return leases._sql(due.select_for_update(skip_locked=True)[:10])
+        return jobqueue_sql.compile_sql(due.select_for_update(skip_locked=True)[:10])
 
 
 def pick_reads() -> list[str]:
@@ -45,12 +48,12 @@ def test_the_guard_repairs_statistics_that_hide_the_backlog(
     plan_tables: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     tables.analyzed_mid_load(tables.WORKING_SET)  # 50,000 rows; the statistics say one
-    assert pick_reads() != [leases.DUE_INDEX]
+    assert pick_reads() != [jobqueue.DUE_INDEX]
 
     with caplog.at_level(logging.WARNING, logger="reliableq.planguard"):
-        assert planguard.keep_index(*pick(), table=tables.JOB, index=leases.DUE_INDEX) is True
+        assert planguard.keep_index(*pick(), table=tables.JOB, index=jobqueue.DUE_INDEX) is True
 
-    assert pick_reads() == [leases.DUE_INDEX]
+    assert pick_reads() == [jobqueue.DUE_INDEX]
     assert "statistics of reliableq_job look stale" in caplog.text
 
 
@@ -59,10 +62,10 @@ def test_a_claim_with_rescue_leaves_its_pick_on_the_due_index(plan_tables: None)
     # check, a one-time filter, tips the costs) and leaves it on PostgreSQL 18: either way, after
     # a claim with rescue, which runs the guard first, the pick reads the due index.
     tables.analyzed_mid_load(tables.WORKING_SET)
-    jobs, rescued = leases.claim(worker_id="w-plans", queues=("default",), limit=10, lease_seconds=30)
+    jobs, rescued = jobqueue.claim(worker_id="w-plans", queues=("default",), limit=10, lease_seconds=30)
     assert len(jobs) == 10 and rescued
-    claim_pick = leases._picked_sql(("default",), 10, (), None)
-    assert planguard.scans(planguard.plan_of(*claim_pick), tables.JOB) == [leases.DUE_INDEX]
+    claim_pick = jobqueue_pick.picked_sql(("default",), 10, (), None)
+    assert planguard.scans(planguard.plan_of(*claim_pick), tables.JOB) == [jobqueue.DUE_INDEX]
 
 
 def test_right_statistics_are_left_alone(plan_tables: None) -> None:
@@ -70,22 +73,22 @@ def test_right_statistics_are_left_alone(plan_tables: None) -> None:
     tables.analyze()
     analyzed = last_analyze()
 
-    assert pick_reads() == [leases.DUE_INDEX]
-    assert planguard.keep_index(*pick(), table=tables.JOB, index=leases.DUE_INDEX) is False
+    assert pick_reads() == [jobqueue.DUE_INDEX]
+    assert planguard.keep_index(*pick(), table=tables.JOB, index=jobqueue.DUE_INDEX) is False
     assert last_analyze() == analyzed
 
 
 def test_a_small_table_is_never_analyzed_for_its_plan(plan_tables: None) -> None:
     tables.truncate()
     tables.load(tables.WORKING_SET * 0.01)  # 500 rows: any plan reads a few pages
-    assert planguard.keep_index(*pick(), table=tables.JOB, index=leases.DUE_INDEX) is False
+    assert planguard.keep_index(*pick(), table=tables.JOB, index=jobqueue.DUE_INDEX) is False
 
 
 def test_at_most_one_analyze_a_minute(plan_tables: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(planguard, "REANALYZE_SECONDS", 60.0)
     tables.analyzed_mid_load(tables.WORKING_SET)  # its own ANALYZE ran a moment ago
-    assert planguard.keep_index(*pick(), table=tables.JOB, index=leases.DUE_INDEX) is False
-    assert pick_reads() != [leases.DUE_INDEX]
+    assert planguard.keep_index(*pick(), table=tables.JOB, index=jobqueue.DUE_INDEX) is False
+    assert pick_reads() != [jobqueue.DUE_INDEX]
 
 
 @contextmanager
@@ -105,8 +108,8 @@ def test_a_lock_it_cannot_get_makes_the_guard_give_up_not_the_claim(
     tables.analyzed_mid_load(tables.WORKING_SET)
 
     with analyze_lock_taken(), caplog.at_level(logging.WARNING, logger="reliableq.planguard"):
-        assert planguard.keep_index(*pick(), table=tables.JOB, index=leases.DUE_INDEX) is False
-        jobs, _ = leases.claim(worker_id="w-plans", queues=("default",), limit=10, lease_seconds=30)
+        assert planguard.keep_index(*pick(), table=tables.JOB, index=jobqueue.DUE_INDEX) is False
+        jobs, _ = jobqueue.claim(worker_id="w-plans", queues=("default",), limit=10, lease_seconds=30)
 
     assert len(jobs) == 10
     assert "could not analyze reliableq_job" in caplog.text

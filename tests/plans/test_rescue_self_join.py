@@ -13,14 +13,16 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from reliableq import leases, planguard
+from reliableq import queue as jobqueue
 from reliableq.models import Job
+from reliableq.queue import planguard
+from reliableq.queue import rescues as jobqueue_rescues
 
 from . import tables
 from .conftest import Figures
 from .explain import Plan, explain
 
-# The rescue statement as it was (reliableq/leases.py before the storage issue), kept to show the shape.
+# The rescue statement as it was (reliableq/jobqueue.py before the storage issue), kept to show the shape.
 OLD_RESCUE = """
     WITH expired AS MATERIALIZED ({expired}),
     closed AS (
@@ -57,7 +59,7 @@ def old_rescue(queues: tuple[str, ...] = ("default",)) -> tuple[str, tuple[Any, 
         .in_queues(queues)
         .order_by("lease_expires_at")
         .values("id")
-        .select_for_update(skip_locked=True)[: leases.RESCUE_BATCH]
+        .select_for_update(skip_locked=True)[: jobqueue.RESCUE_BATCH]
     )
     with transaction.atomic():
         sql, params = expired.query.get_compiler(connection=connection).as_sql()
@@ -73,11 +75,11 @@ def test_old_rescue_is_planned_as_a_nested_loop_over_the_whole_primary_key(plan_
     tables.analyzed_mid_load(tables.WORKING_SET)  # 50,000 rows; the statistics say one
 
     old = plan_only(*old_rescue())
-    new = plan_only(*leases._rescue_sql(("default",)))
+    new = plan_only(*jobqueue_rescues.rescue_sql(("default",)))
 
     assert any("reliableq_job_pkey" in join for join in old.unbounded_joins()), old.text()
     assert new.unbounded_joins() == [], new.text()
-    measured = explain(*leases._rescue_sql(("default",)))
+    measured = explain(*jobqueue_rescues.rescue_sql(("default",)))
     assert measured.buffers < 8_000 and measured.rows_read(tables.JOB) < 2_500, measured.text()
 
 
@@ -88,7 +90,7 @@ def test_old_rescue_reads_the_table_once_per_row_and_the_new_one_does_not(plan_t
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL statement_timeout = '120s'")
         old = explain(*old_rescue())
-    new = explain(*leases._rescue_sql(("default",)))
+    new = explain(*jobqueue_rescues.rescue_sql(("default",)))
     figures.add(state="analyzed mid-load, 5,000 rows", statement="rescue (old)", phase="as planned", plan=old)
     figures.add(state="analyzed mid-load, 5,000 rows", statement="rescue", phase="as planned", plan=new)
 

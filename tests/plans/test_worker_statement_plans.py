@@ -8,7 +8,7 @@ sequential scan of the job or attempt table, no nested loop over a whole index.
 
 The writes meet the bounds by their shape alone. Where a pick (a claim's, prune's) does not,
 because the statistics make another index look as cheap as its own, the pick's guard must
-notice and analyze, and the pick must then meet its bounds (reliableq.planguard).
+notice and analyze, and the pick must then meet its bounds (reliableq.queue.planguard).
 """
 
 from __future__ import annotations

@@ -15,10 +15,13 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from reliableq import leases, planguard, services
+from reliableq import queue as jobqueue
+from reliableq import services
 from reliableq.floors import ClaimFloors, RescueFloor
-from reliableq.leases import Finish
 from reliableq.models import JobStatus, Outcome
+from reliableq.queue import Finish, planguard
+from reliableq.queue import pick as jobqueue_pick
+from reliableq.queue import rescues as jobqueue_rescues
 from reliableq.registry import Limits, Rate
 
 from . import tables
@@ -54,23 +57,25 @@ def _held(worker: str, n: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
 
 
 def claim() -> object:
-    return leases.claim(worker_id=WORKER, queues=("default",), limit=10, lease_seconds=30, rescue=False)
+    return jobqueue.claim(worker_id=WORKER, queues=("default",), limit=10, lease_seconds=30, rescue=False)
 
 
 def claim_queues() -> object:
-    return leases.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False)
+    return jobqueue.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False)
 
 
 def claim_floored() -> object:
     """A worker's claims: the first reads from the start (a sweep) and sets the floor, the next starts there."""
     floors = ClaimFloors(sweep=3600.0)
-    leases.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False, floors=floors)
-    return leases.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False, floors=floors)
+    jobqueue.claim(worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False, floors=floors)
+    return jobqueue.claim(
+        worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, rescue=False, floors=floors
+    )
 
 
 def claim_capped() -> object:
     """A worker with a capped kind: the other kinds, the cap's count, then the capped kind."""
-    return leases.claim(
+    return jobqueue.claim(
         worker_id=WORKER, queues=tables.QUEUES, limit=10, lease_seconds=30, caps={tables.CAPPED: 2_000}, rescue=False
     )
 
@@ -78,7 +83,7 @@ def claim_capped() -> object:
 def claim_keyed() -> object:
     """A worker with a per-key limit: the other kinds, then the kind's pick past saturated keys,
     the keys' locks, their RUNNING counts and the claim by id."""
-    return leases.claim(
+    return jobqueue.claim(
         worker_id=WORKER,
         queues=tables.QUEUES,
         limit=10,
@@ -90,7 +95,7 @@ def claim_keyed() -> object:
 
 def claim_rated() -> object:
     """A worker with a rated kind: the other kinds, then one statement on a shard of its window."""
-    return leases.claim(
+    return jobqueue.claim(
         worker_id=WORKER,
         queues=tables.QUEUES,
         limit=10,
@@ -101,22 +106,22 @@ def claim_rated() -> object:
 
 
 def rescue() -> object:
-    return leases._rescue_expired(("default",))
+    return jobqueue_rescues.rescue_expired(("default",))
 
 
 def rescue_floored() -> object:
     """The leader's rescues: the first reads the whole lease index (a sweep), the next from its floor."""
     floor = RescueFloor(sweep=3600.0)
-    leases.rescue(floor)
-    return leases.rescue(floor)
+    jobqueue.rescue(floor)
+    return jobqueue.rescue(floor)
 
 
 def rescue_queues() -> object:
-    return leases._rescue_expired(tables.QUEUES)
+    return jobqueue_rescues.rescue_expired(tables.QUEUES)
 
 
 def renew() -> object:
-    return leases.renew(_held("w-1", 50), lease_seconds=30)
+    return jobqueue.renew(_held("w-1", 50), lease_seconds=30)
 
 
 def finish() -> object:
@@ -135,16 +140,16 @@ def finish() -> object:
         )
         for i, (job_id, token) in enumerate(held)
     ]
-    return leases.finish(finishes)
+    return jobqueue.finish(finishes)
 
 
 def mark_lost() -> object:
-    return leases.mark_lost(_held("w-3", 50), reason="lease lost: found by heartbeat, another owner has the job")
+    return jobqueue.mark_lost(_held("w-3", 50), reason="lease lost: found by heartbeat, another owner has the job")
 
 
 def release_unacknowledged() -> object:
     known = [token for _, token in _held("w-4", 80)]  # it holds 87; the rest are "unacknowledged"
-    return leases.release_unacknowledged(worker_id="w-4", known=known)
+    return jobqueue.release_unacknowledged(worker_id="w-4", known=known)
 
 
 def schedule() -> object:
@@ -173,8 +178,8 @@ def prune() -> object:
 
 def guard_claim(queues: tuple[str, ...] = ("default",)) -> bool:
     """What claim(rescue=True) runs first: analyze if the pick would leave the due index."""
-    sql, params = leases._picked_sql(queues, 10, (), None)
-    return planguard.keep_index(sql, params, table=tables.JOB, index=leases.DUE_INDEX)
+    sql, params = jobqueue_pick.picked_sql(queues, 10, (), None)
+    return planguard.keep_index(sql, params, table=tables.JOB, index=jobqueue.DUE_INDEX)
 
 
 def guard_prune() -> bool:

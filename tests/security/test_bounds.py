@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import reliableq
-from reliableq import db, rules
+from reliableq import rules
 from reliableq.admin import MAX_QUEUE_CHOICES
 from reliableq.models import Job, JobStatus
+from reliableq.queue import db
 from testproject import processes
 
 from .conftest import PASSWORD, admin_session, csrf_of, problem, start_site

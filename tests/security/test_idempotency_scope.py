@@ -8,8 +8,9 @@ import pytest
 
 import reliableq
 from charges.models import Charge, ChargeRequest
-from reliableq import registry, scheduler
+from reliableq import registry
 from reliableq.models import Job, JobStatus
+from reliableq.queue import scheduler
 from testproject import accounts
 from testproject.jobs import every_second
 

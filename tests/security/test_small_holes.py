@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 import reliableq
 from charges.models import ChargeRequest
-from reliableq import leases
+from reliableq import queue as jobqueue
 from reliableq.models import Job, JobStatus, QueueState
 from testproject import accounts, processes
 from tests.api.jobs import claim_one, finish, job_in
@@ -71,7 +71,7 @@ def test_a_replayed_job_does_not_inherit_the_cancel_asked_of_its_last_run(client
     assert job.status == JobStatus.PENDING and job.cancel_requested_at is None
     # Its next run is an ordinary one: its worker's renewal finds no cancel request.
     rerun = claim_one(job.queue)
-    assert leases.renew([(rerun.id, rerun.lease_token)], lease_seconds=30) == {rerun.id: False}
+    assert jobqueue.renew([(rerun.id, rerun.lease_token)], lease_seconds=30) == {rerun.id: False}
 
 
 # -- 7: NUL -------------------------------------------------------------------------------------

@@ -14,10 +14,11 @@ import pytest
 from django.core.management import call_command
 
 import reliableq
-from reliableq import services, stats
+from reliableq import services
 from reliableq.api.throttles import DEFAULT_RATE
 from reliableq.metrics import MAX_QUEUE_SERIES
 from reliableq.models import Job, JobStatus
+from reliableq.queue import stats
 
 from .conftest import PASSWORD, admin_session, problem, start_site
 

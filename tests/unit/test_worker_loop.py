@@ -16,7 +16,7 @@ import pytest
 from django.db import OperationalError
 
 import reliableq
-from reliableq.leases import ClaimedJob, Finish, FinishResult, Rescued
+from reliableq.queue import ClaimedJob, Finish, FinishResult, Rescued
 from reliableq.registry import Limits
 from reliableq.services import Retained
 from reliableq.worker import Worker, WorkerConfig

@@ -6,8 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import rules, services, stats
+from ... import rules, services
 from ...errors import InvalidJob
+from ...queue import stats
 
 
 class Command(BaseCommand):

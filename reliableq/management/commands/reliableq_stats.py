@@ -6,8 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ... import horizon, metrics, stats
+from ... import metrics
 from ...models import JobStatus
+from ...queue import horizon, stats
 
 
 class Command(BaseCommand):

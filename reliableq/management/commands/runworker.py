@@ -9,8 +9,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import health, rules
+from ... import rules
 from ...conf import reliableq_settings
+from ...queue import health
 from ...worker import Worker, WorkerConfig
 from ...worker.loop import default_worker_id
 

@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from .conf import reliableq_settings
+from ..conf import reliableq_settings
 
 
 def alias() -> str:

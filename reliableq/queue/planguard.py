@@ -1,6 +1,6 @@
 """Stale statistics, caught before a claim pays for them: analyze when the pick would leave its index.
 
-Every write on the worker's path reaches its rows by key (see reliableq.leases): no statistics
+Every write on the worker's path reaches its rows by key (see reliableq.queue): no statistics
 can make it read more than those rows (and, for the few that look for RUNNING jobs, the fleet's
 RUNNING rows). The picks cannot do that: a claim must choose its due rows by status, queue,
 priority and run_at, and the admin's history indexes (status, queue or kind, then created_at)
@@ -10,7 +10,7 @@ all those plans look equally cheap, and the planner may read every PENDING row, 
 the queue, and sort them, on every claim, until autovacuum analyzes the table again (a minute
 or more later, and not at all while the burst is under a tenth of the table).
 
-So, once per rescue interval (leases.claim with rescue) and once per prune run, the pick is put
+So, once per rescue interval (jobqueue.claim with rescue) and once per prune run, the pick is put
 to the planner; if on a table of some size its plan would not read the pick's own index, the
 statistics are stale and the job table is analyzed there and then. Fleet-wide at most one
 ANALYZE runs at a time and at most one a minute (by PostgreSQL's own clock of the last one,

@@ -12,8 +12,8 @@ from typing import Any
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 from django.db.models.functions import Now
 
+from ..models import Worker
 from . import db
-from .models import Worker
 from .stats import QueueSummary
 
 WORKER = Worker._meta.db_table

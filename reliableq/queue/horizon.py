@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..models import Attempt, Job, ReturnValue
 from . import db
-from .models import Attempt, Job, ReturnValue
 
 TABLES = (Job._meta.db_table, Attempt._meta.db_table, ReturnValue._meta.db_table)
 

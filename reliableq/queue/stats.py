@@ -11,8 +11,11 @@ from typing import Any
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
-from . import db, registry
-from .models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow
+from .. import registry
+from ..models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow
+from . import db
+from .limits import rate_shards, shard_room
+from .sql import S
 
 
 def oldest_due_age_seconds() -> float:
@@ -20,7 +23,7 @@ def oldest_due_age_seconds() -> float:
     with db.cursor() as cursor:
         cursor.execute(
             f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_at)), 0) FROM {Job._meta.db_table} "
-            "WHERE status = 'PENDING' AND run_at <= now()"
+            f"WHERE status = {S.PENDING} AND run_at <= now()"
         )
         (age,) = cursor.fetchone()
     return max(0.0, float(age))
@@ -154,7 +157,7 @@ class QueueSummary:
 
 def paused_queues() -> set[str]:
     """The queues paused now, by database time."""
-    from .services import paused_queues as paused  # services imports nothing of this module
+    from ..services import paused_queues as paused
 
     return paused()
 
@@ -177,9 +180,9 @@ def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:
         cursor.execute(
             f"""
             SELECT queue || '', count(*), 0, EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE run_at <= now()))
-              FROM {table} WHERE status = 'PENDING'{among} GROUP BY queue || ''
+              FROM {table} WHERE status = {S.PENDING}{among} GROUP BY queue || ''
             UNION ALL
-            SELECT queue || '', 0, count(*), NULL FROM {table} WHERE status = 'RUNNING' GROUP BY queue || ''
+            SELECT queue || '', 0, count(*), NULL FROM {table} WHERE status = {S.RUNNING} GROUP BY queue || ''
             """,
             # RUNNING rows are few (the fleet's concurrency) and their index has no queue column:
             # all of them are counted, grouped by an expression no index provides in order, since a
@@ -229,7 +232,7 @@ def paused_due(paused: set[str] | None = None) -> int:
     with _through_indexes(), db.cursor() as cursor:
         cursor.execute(
             f"SELECT count(*) FROM {Job._meta.db_table}"
-            " WHERE status = 'PENDING' AND run_at <= now() AND (queue || '') = ANY(%s)",  # as in queue_summaries
+            f" WHERE status = {S.PENDING} AND run_at <= now() AND (queue || '') = ANY(%s)",  # as in queue_summaries
             [sorted(paused)],
         )
         return int(cursor.fetchone()[0])
@@ -250,7 +253,7 @@ def throttled_due(paused: set[str] | None = None) -> int:
     table = Job._meta.db_table
     with _through_indexes(), db.cursor() as cursor:
         cursor.execute(
-            f"SELECT kind, count(*) FROM {table} WHERE status = 'RUNNING' AND kind = ANY(%s) GROUP BY kind",
+            f"SELECT kind, count(*) FROM {table} WHERE status = {S.RUNNING} AND kind = ANY(%s) GROUP BY kind",
             [sorted(limited)],
         )
         running = dict(cursor.fetchall())
@@ -264,7 +267,7 @@ def throttled_due(paused: set[str] | None = None) -> int:
                 f"""
                 SELECT r.kind, r.concurrency_key
                   FROM {table} r JOIN unnest(%s::text[], %s::int[]) AS l(kind, n) ON l.kind = r.kind
-                 WHERE r.status = 'RUNNING' AND r.concurrency_key IS NOT NULL
+                 WHERE r.status = {S.RUNNING} AND r.concurrency_key IS NOT NULL
                  GROUP BY r.kind, r.concurrency_key, l.n HAVING count(*) >= l.n
                 """,
                 [list(per_key), list(per_key.values())],
@@ -275,7 +278,7 @@ def throttled_due(paused: set[str] | None = None) -> int:
         cursor.execute(
             f"""
             SELECT count(*) FROM {table}
-             WHERE status = 'PENDING' AND run_at <= now() AND queue <> ALL(%s)
+             WHERE status = {S.PENDING} AND run_at <= now() AND queue <> ALL(%s)
                AND (kind = ANY(%s) OR (kind, concurrency_key) IN (SELECT * FROM unnest(%s::text[], %s::text[])))
             """,
             [sorted(paused), sorted(full), [k for k, _ in pairs], [c for _, c in pairs]],
@@ -286,12 +289,10 @@ def throttled_due(paused: set[str] | None = None) -> int:
 def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
     """Kinds whose rate window has no room now in any of its shards, counted as the claim counts.
 
-    A kind limited by its rate alone spreads N over leases.rate_shards(rate) rows, shard s holding
+    A kind limited by its rate alone spreads N over rate_shards(rate) rows, shard s holding
     N // K (plus one for the first N % K); a kind also capped or limited per key keeps all of N in
-    shard 0 (reliableq.leases). A shard not made yet has all of its share free.
+    shard 0 (reliableq.queue.limits). A shard not made yet has all of its share free.
     """
-    from .leases import rate_shards, shard_room
-
     if not limited:
         return set()
     with db.cursor() as cursor:
@@ -404,7 +405,7 @@ def backlog_per_minute() -> list[BacklogPoint]:
                 -- still waiting: PENDING, never started, due
                 SELECT greatest(j.created_at, j.run_at) AS joined, NULL::timestamptz AS left_at
                   FROM {job} j
-                 WHERE j.status = 'PENDING' AND j.run_at <= now()
+                 WHERE j.status = {S.PENDING} AND j.run_at <= now()
                    AND NOT EXISTS (SELECT 1 FROM {attempt} a WHERE a.job_id = j.id)
                 UNION ALL
                 -- first attempt started during the hour
@@ -453,3 +454,33 @@ def p95_by_kind(limit: int = MAX_CHART_KINDS) -> list[KindDuration]:
             [list(NOT_HANDLER_TIME), limit],
         )
         return [KindDuration(kind=kind, p95_seconds=float(p95), attempts=n) for kind, p95, n in cursor.fetchall()]
+
+
+# Handler durations, for the metrics histogram: bucket bounds in seconds.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def histograms() -> dict[str, tuple[list[int], float, int]]:
+    """Per kind: cumulative counts per bucket, the sum and the count of finished attempt durations."""
+    bucket_sql = ", ".join(f"count(*) FILTER (WHERE d <= {b})" for b in DURATION_BUCKETS)
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT kind, {bucket_sql}, COALESCE(sum(d), 0), count(*)
+              FROM (SELECT j.kind, EXTRACT(EPOCH FROM a.finished_at - a.started_at)::float8 AS d
+                      FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
+                     WHERE a.finished_at IS NOT NULL
+                       AND a.outcome IN ({S.SUCCEEDED}, {S.FAILED_TRANSIENT}, {S.FAILED_PERMANENT})
+                   ) durations
+             GROUP BY kind
+            """
+        )
+        return {row[0]: (list(row[1:-2]), float(row[-2]), int(row[-1])) for row in cursor.fetchall()}
+
+
+def attempts_by_outcome() -> dict[str, int]:
+    counts = {o: 0 for o in Outcome.values}
+    with db.cursor() as cursor:
+        cursor.execute(f"SELECT outcome, count(*) FROM {Attempt._meta.db_table} GROUP BY outcome")
+        counts.update(dict(cursor.fetchall()))
+    return counts

@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from . import db, registry, services
-from .conf import reliableq_settings
-from .cron import next_slot
-from .models import Job
+from .. import registry, services
+from ..conf import reliableq_settings
+from ..cron import next_slot
+from ..models import Job
+from . import db
 
 logger = logging.getLogger("reliableq.scheduler")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import uuid
 
+from ..models import Leader
 from . import db
-from .models import Leader
 
 LEADER = Leader._meta.db_table
 

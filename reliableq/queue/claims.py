@@ -1,0 +1,70 @@
+"""The claim: due jobs into free slots, limited kinds after the others, in one short transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..floors import ClaimFloors
+from ..registry import Limits
+from . import db
+from .limits import take_limited, take_rated
+from .pick import guard_claims, take
+from .records import ClaimedJob, Rescued
+from .rescues import rescue_expired
+
+
+def claim(
+    *,
+    worker_id: str,
+    queues: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+    caps: Mapping[str, int] | None = None,
+    limits: Mapping[str, Limits] | None = None,
+    rescue: bool = True,
+    floors: ClaimFloors | None = None,
+) -> tuple[list[ClaimedJob], list[Rescued]]:
+    """Take up to `limit` due jobs, best priority first, and open an attempt for each.
+
+    One short transaction. Its row locks are held only for these statements; the caller
+    runs handlers after the commit, so no network call ever happens under them. `limits`
+    maps kinds to what their claims must respect (max_running, max_running_per_key,
+    rate_limit; `caps` is the max_running-only form); those kinds are claimed after the
+    others, each under its own locks (take_limited). With `rescue`, expired leases are taken
+    back first, in the same transaction; without rescue and limits, the claim is a single
+    statement sent in autocommit: one round trip, no BEGIN or COMMIT. Paused queues give nothing.
+    With `floors` (a worker's), the claim of the unlimited kinds starts at each queue's floor.
+    """
+    if limit < 1:
+        return [], []
+    controlled = {kind: Limits(max_running=cap) for kind, cap in (caps or {}).items()}
+    controlled.update(limits or {})
+    queues = tuple(queues)
+    if rescue:
+        guard_claims(queues, limit)
+    if not rescue and not controlled:
+        return take(queues, limit, worker_id, lease_seconds, floors=floors), []
+    # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
+    # others need locks held from one statement to the next, so a transaction.
+    rated = {kind: lim.rate for kind, lim in controlled.items() if lim.rate and not (lim.max_running or lim.per_key)}
+    locked = {kind: lim for kind, lim in controlled.items() if kind not in rated}
+    rescued: list[Rescued] = []
+    if rescue or locked:
+        with db.atomic():
+            rescued = rescue_expired(queues) if rescue else []
+            jobs = take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors)
+            # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
+            # rate window, its keys by hash): two claimers never wait for each other in a cycle.
+            for kind, kind_limits in sorted(locked.items()):
+                room = limit - len(jobs)
+                if room <= 0:
+                    break
+                jobs += take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
+    else:
+        jobs = take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors)
+    for kind, rate in sorted(rated.items()):
+        room = limit - len(jobs)
+        if room <= 0:
+            break
+        jobs += take_rated(queues, room, worker_id, lease_seconds, kind, rate)
+    return jobs, rescued

@@ -1,0 +1,230 @@
+"""What an owner writes under its lease token: renewals, progress, the finish, a lost lease, and
+the release of claims whose commit it never heard acknowledged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import faults
+from ..conf import reliableq_settings
+from ..models import Outcome
+from . import db
+from .records import Finish, FinishResult
+from .sql import ATTEMPT, JOB, RETURN_VALUE, RUNNING_FENCE, S, attempts_of
+
+
+def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
+    """Extend every lease this process holds in one statement.
+
+    Returns the job ids still owned, each with whether an operator asked to cancel it: the
+    worker learns of a cancel request by the renewal it makes anyway (every LEASE_SECONDS/3),
+    with no connection of its own, so it works through a transaction pooler too.
+    """
+    leases = list(leases)
+    if not leases:
+        return {}
+    ids, tokens = zip(*leases, strict=True)
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {JOB} j
+               SET lease_expires_at = now() + make_interval(secs => %s)
+              FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
+             WHERE j.id = ANY(%s::uuid[]) AND {RUNNING_FENCE}
+               AND j.id = held.id AND j.lease_token = held.token
+         RETURNING j.id, j.cancel_requested_at IS NOT NULL
+            """,
+            (float(lease_seconds), list(ids), list(tokens), list(ids)),
+        )
+        return dict(cursor.fetchall())
+
+
+def record_progress(reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
+    """Write the latest progress of these attempts in one statement, fenced by their lease tokens."""
+    reports = list(reports)
+    if not reports:
+        return 0
+    ids, tokens, values = zip(*reports, strict=True)
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {JOB} j SET progress = v.progress::jsonb || jsonb_build_object('at', now())
+              FROM unnest(%s::uuid[], %s::uuid[], %s::text[]) AS v(id, token, progress)
+             WHERE j.id = ANY(%s::uuid[]) AND {RUNNING_FENCE} AND j.id = v.id AND j.lease_token = v.token
+            """,
+            (list(ids), list(tokens), [json.dumps(v) for v in values], list(ids)),
+        )
+        return int(cursor.rowcount)
+
+
+def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:
+    """Record LEASE_LOST on attempts still open under these tokens; never touch their jobs.
+
+    Returns the jobs really lost to another owner: those just marked, and those whose attempt
+    a rescuer already closed (LEASE_EXPIRED). An attempt its owner finished itself (a finish
+    that raced the heartbeat) is not a loss and is not returned.
+    """
+    leases = list(leases)
+    if not leases:
+        return set()
+    ids, tokens = zip(*leases, strict=True)
+    # A lease token belongs to one attempt of its job: `found` holds it, by one probe per job.
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH lost AS MATERIALIZED (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
+            found AS MATERIALIZED (
+                SELECT a.id, a.job_id, a.outcome FROM {ATTEMPT} a
+                 WHERE a.id = ANY({attempts_of("lost", "o.lease_token = k.token")})
+            ),
+            marked AS (
+                UPDATE {ATTEMPT} a
+                   SET outcome = {S.LEASE_LOST}, finished_at = now(), error = %s
+                 WHERE a.id = ANY(ARRAY(SELECT id FROM found)) AND a.outcome = {S.RUNNING}
+             RETURNING a.job_id
+            )
+            SELECT job_id FROM marked
+            UNION
+            SELECT job_id FROM found WHERE outcome IN ({S.LEASE_EXPIRED}, {S.LEASE_LOST})
+            """,
+            (list(ids), list(tokens), reason),
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    """Put back jobs this worker claimed in a transaction whose commit it never heard about.
+
+    When the connection drops during the claim's COMMIT, the claim may have committed: the
+    jobs are RUNNING under our worker id with tokens we never received. Worker ids are unique
+    per process, so every such row is ours; requeue it now instead of waiting for its lease.
+    Attempts stay counted: the claim happened.
+    """
+    with db.atomic():
+        with db.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH orphans AS MATERIALIZED (
+                    SELECT id, lease_token FROM {JOB}
+                     WHERE status = {S.RUNNING} AND worker_id = %s AND NOT (lease_token = ANY(%s::uuid[]))
+                       FOR UPDATE
+                ),
+                closed AS (
+                    UPDATE {ATTEMPT} a
+                       SET outcome = {S.LEASE_LOST}, finished_at = now(),
+                           error = 'claim commit was not acknowledged; the worker released the job'
+                     WHERE a.id = ANY({attempts_of("orphans", "o.lease_token = k.lease_token")})
+                       AND a.outcome = {S.RUNNING}
+                )
+                UPDATE {JOB} j
+                   SET status = CASE WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
+                       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+                       run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+                       last_error = 'claim commit was not acknowledged; the worker released the job'
+                  FROM orphans
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
+                   AND j.id = orphans.id AND j.lease_token = orphans.lease_token
+             RETURNING j.id
+                """,
+                (worker_id, [str(t) for t in known]),
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+
+def _store_returns(finishes: Sequence[Finish]) -> None:
+    """Inside the finish transaction: keep the return values of the attempts that passed the fence."""
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {RETURN_VALUE} (job_id, value)
+            SELECT id, value::jsonb FROM unnest(%s::uuid[], %s::text[]) AS r(id, value)
+            ON CONFLICT (job_id) DO UPDATE SET value = EXCLUDED.value
+            """,
+            ([f.job_id for f in finishes], [json.dumps(f.return_value) for f in finishes]),
+        )
+
+
+def finish(finishes: Sequence[Finish]) -> FinishResult:
+    """Write the end of many attempts in one fenced statement and one transaction.
+
+    A job whose token no longer matches is left alone; its attempt is marked LEASE_LOST
+    (unless the new owner already closed it as LEASE_EXPIRED, or a timeout closed it).
+    """
+    result = FinishResult()
+    if not finishes:
+        return result
+    columns = list(
+        zip(
+            *((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay), f.traceback) for f in finishes),
+            strict=True,
+        )
+    )
+    # One statement is atomic on its own: in autocommit it costs one round trip, not three (BEGIN,
+    # the statement, COMMIT). A transaction only where more must commit with it: kept return values
+    # (fenced by the same statement), or the crash point between the write and its commit.
+    together = any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
+    # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
+    # attempts could be planned as a scan of them for each row of `closing`.
+    with db.atomic() if together else contextlib.nullcontext():
+        with db.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH v AS (
+                    SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::float8[],
+                                         %s::text[])
+                        AS v(id, token, status, outcome, error, delay, traceback)
+                ),
+                fin AS (
+                    UPDATE {JOB} j
+                       SET status = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NOT NULL
+                                         THEN {S.CANCELLED} ELSE v.status END,
+                           run_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
+                                         THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
+                           finished_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
+                                              THEN NULL ELSE now() END,
+                           max_attempts = j.max_attempts + CASE WHEN v.outcome = {S.SNOOZED}
+                                                                 AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+                           snoozes = j.snoozes + CASE WHEN v.outcome = {S.SNOOZED}
+                                                      AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+                           lease_token = NULL,
+                           lease_expires_at = NULL,
+                           last_error = v.error,
+                           updated_at = now()
+                      FROM v
+                     WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {RUNNING_FENCE}
+                       AND j.id = v.id AND j.lease_token = v.token
+                 RETURNING j.id, v.token,
+                           CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END,
+                           v.error, v.traceback
+                ),
+                closing AS MATERIALIZED (
+                    SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
+                        SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
+                         ORDER BY o.number DESC LIMIT 1) AS o
+                )
+                UPDATE {ATTEMPT} a
+                   SET (outcome, error, traceback, finished_at) = (
+                           SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
+                 WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
+             RETURNING a.job_id, a.outcome
+                """,
+                [list(c) for c in columns],
+            )
+            rows = cursor.fetchall()
+        finalized = {job_id for job_id, _ in rows}
+        result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
+        result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
+        kept = [f for f in finishes if f.keeps_return and f.job_id in finalized]
+        if kept:
+            _store_returns(kept)
+        lost = [(f.job_id, f.lease_token) for f in finishes if f.job_id not in finalized]
+        if lost:
+            mark_lost(lost, reason="lease lost before finalize: another owner has the job")
+            result.lost = [job_id for job_id, _ in lost]
+        # The third failure window: the finalize is written but not yet committed.
+        faults.crash_point("during_finalize")
+    return result

@@ -1,0 +1,86 @@
+"""What every statement of the queue layer shares: table names, status values as SQL literals
+(taken from JobStatus and Outcome, never typed by hand), and the fragments that keep each
+statement's plan on keys (see the package's docstring)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+
+from ..models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow, ReturnValue
+
+
+def lit(value: str) -> str:
+    """A status or an outcome as an SQL literal ('RUNNING'): only the models' own values are allowed."""
+    if value not in _VALUES:
+        raise ValueError(f"{value!r} is not a JobStatus or an Outcome.")
+    return f"'{value}'"
+
+
+_VALUES = frozenset(JobStatus.values) | frozenset(Outcome.values)
+# S.RUNNING is "'RUNNING'": every status and outcome a statement names, from the models' choices.
+S: Any = SimpleNamespace(**{value: lit(value) for value in sorted(_VALUES)})
+
+
+JOB = Job._meta.db_table
+
+
+ATTEMPT = Attempt._meta.db_table
+
+
+RETURN_VALUE = ReturnValue._meta.db_table
+
+
+QUEUE = QueueState._meta.db_table
+
+
+RATE = RateWindow._meta.db_table
+
+
+DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read
+
+
+# The owner's fence, status half: checked on every row, like `status = 'RUNNING'`, but never used
+# to choose an index: the lease index (or the admin's status index) would read every RUNNING job
+# of the fleet to renew or finish a worker's few, where the primary key reads just those.
+RUNNING_FENCE = f"(j.status = {S.RUNNING}) IS TRUE"
+
+
+def compile_sql(queryset: Any) -> tuple[str, tuple[Any, ...]]:
+    sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
+    return sql, tuple(params)
+
+
+def json_value(value: Any) -> dict[str, Any]:
+    # Django registers a text loader for jsonb on psycopg 3, so raw cursors see strings.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def filter_only(condition: str, params: Sequence[Any]) -> RawSQL:
+    """A condition the planner checks on each row it reads but never uses to choose an index.
+
+    The admin's history indexes (queue, kind or status, then created_at) match a plain condition
+    on those columns. With statistics that underrate the matching rows, the planner may then
+    read the whole history of a queue or a kind to find a few due or expired rows. In a WHERE
+    clause `(...) IS TRUE` means the same, and no index matches it.
+    """
+    return RawSQL(f"({condition}) IS TRUE", tuple(params), output_field=BooleanField())
+
+
+def attempts_of(keys: str, match: str) -> str:
+    """SQL: an ARRAY of the ids of the attempts that `match` finds, at most one (the newest) per row of `keys`.
+
+    `keys` names a CTE or list with an `id` column (job ids); `match` may use its row as k and the
+    attempt as o. Each row gets its own probe of the (job_id, number) index: a LIMIT inside an
+    index-ordered subquery, which no statistics can turn into a scan (job_id is not unique, so
+    with no statistics a plain `job_id = ANY(...)` of many ids looks like most of the table).
+    """
+    return (
+        f"ARRAY(SELECT o.id FROM {keys} AS k CROSS JOIN LATERAL ("
+        f"SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = k.id AND {match} ORDER BY o.number DESC LIMIT 1) AS o)"
+    )

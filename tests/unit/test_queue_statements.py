@@ -1,0 +1,45 @@
+"""The queue layer's statements are composed by parameters, and name statuses only through the models."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from reliableq.models import JobStatus
+from reliableq.queue import limits, pick, sql
+from reliableq.registry import Rate
+
+
+@pytest.mark.django_db  # the ORM compiles FOR UPDATE inside a transaction only; nothing is sent
+def test_a_rated_claim_locks_its_window_before_the_pick_and_records_its_starts_beside_the_claim():
+    statement, params = limits.rated_sql(("default",), 5, "test.rated", Rate(10, 1.0))
+
+    ctes = re.findall(r"^\s*(?:WITH\s+)?(\w+) AS (?:MATERIALIZED )?\(", statement, re.M)
+    assert ctes == ["rate_window", "picked", "claimed", "recorded", "opened"], statement
+    assert "UPDATE reliableq_ratewindow r SET (buckets, counts)" in " ".join(statement.split())
+    assert params[0] == "test.rated"
+
+
+@pytest.mark.django_db
+def test_a_plain_claim_has_no_window_and_a_claim_takes_one_pick_only():
+    statement, _ = pick.take_sql(("default",), 5, (), None)
+
+    assert re.findall(r"^\s*(?:WITH\s+)?(\w+) AS (?:MATERIALIZED )?\(", statement, re.M) == [
+        "picked",
+        "claimed",
+        "opened",
+    ]
+    with pytest.raises(ValueError):
+        pick.claim_sql("SELECT id FROM x", before="picked AS (SELECT 1)")
+    with pytest.raises(ValueError):
+        pick.claim_sql()
+
+
+def test_statuses_reach_sql_only_as_the_models_values():
+    assert sql.S.RUNNING == "'RUNNING'" and sql.lit(JobStatus.DEAD) == "'DEAD'"
+    assert sql.S.LEASE_EXPIRED == "'LEASE_EXPIRED'"
+    with pytest.raises(ValueError):
+        sql.lit("RUNING")
+    with pytest.raises(AttributeError):
+        _ = sql.S.RUNING
