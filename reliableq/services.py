@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +18,11 @@ from . import audit, registry, rules, signals, tracing
 from .conf import reliableq_settings
 from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
-from .models import FINISHED, Attempt, BatchKey, Job, JobStatus, QueueState, ReturnValue
-from .queue import db, planguard
+from .models import BatchKey, Job, JobStatus, QueueState
+from .queue import db, transitions
+from .queue import enqueue as statements
+from .queue.enqueue import CHANNEL
+from .queue.prune import PURGED, RETENTION_BATCH, RETENTION_BUDGET_SECONDS, Retained, prune, purge, retain
 
 __all__ = [
     "InvalidJob",
@@ -37,16 +39,15 @@ __all__ = [
     "resume",
     "prune",
     "purge",
+    "retain",
+    "Retained",
+    "CHANNEL",
+    "PURGED",
+    "RETENTION_BATCH",
+    "RETENTION_BUDGET_SECONDS",
 ]
 
-JOB = Job._meta.db_table
-ATTEMPT = Attempt._meta.db_table
-RETURN_VALUE = ReturnValue._meta.db_table
-BATCH_KEY = BatchKey._meta.db_table
 _ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
-CHANNEL = "reliableq"
-# The payload is the queue; run_at in the future needs no wake-up now (workers poll).
-NOTIFY_SQL = f"CASE WHEN inserted.run_at <= now() THEN pg_notify('{CHANNEL}', inserted.queue) END"
 
 
 def default_max_attempts(kind: str) -> int:
@@ -89,47 +90,6 @@ def enqueue(
         unique_key=unique_key,
     )
     return job
-
-
-_INSERT_COLUMNS = """id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,
-                   last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key, unique_key,
-                   trace_context, created_at, updated_at"""
-_SUBMIT_SQL = f"""
-    WITH inserted AS (
-        INSERT INTO {JOB} ({_INSERT_COLUMNS})
-        VALUES (%s, %s, %s, %s, %s::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
-                '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now())
-        ON CONFLICT DO NOTHING
-        RETURNING run_at, created_at, updated_at, queue
-    )
-    -- Wakes idle workers of this queue when (and only if) the transaction commits.
-    SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
-"""
-# The submitter's unfinished jobs, counted up to the bound through reliableq_job_submitter_open (its
-# predicate written out, so that the planner can use the partial index).
-_HELD_SQL = f"""
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM {JOB}
-         WHERE dedupe_scope = %s AND dedupe_scope <> '' AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')
-         LIMIT %s
-    ) held
-"""
-# The same INSERT, made only while the submitter holds fewer unfinished jobs than its bound. One
-# statement: no round trip more than an unbounded submission. Concurrent submissions of one user
-# each count in their own snapshot, so the bound can be passed by the requests in flight at once.
-_BOUNDED_SUBMIT_SQL = f"""
-    WITH held AS MATERIALIZED ({_HELD_SQL}),
-    inserted AS (
-        INSERT INTO {JOB} ({_INSERT_COLUMNS})
-        SELECT %s::uuid, %s, %s, %s::int, %s::jsonb, 'PENDING', 0, %s::int,
-               GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now()
-         WHERE (SELECT n FROM held) < %s
-        ON CONFLICT DO NOTHING
-        RETURNING run_at, created_at, updated_at, queue
-    )
-    SELECT inserted.run_at, inserted.created_at, inserted.updated_at, {NOTIFY_SQL}, (SELECT n FROM held)
-      FROM (SELECT 1) AS one LEFT JOIN inserted ON true
-"""
 
 
 def _announce(made: Sequence[tuple[uuid.UUID, str, str]]) -> None:
@@ -242,17 +202,7 @@ def _insert_one(
     """INSERT one job (its id, then `columns`); (the job a key already holds, None, id) or (None, row, id)."""
     for _ in range(3):
         job_id = new_job_id()
-        params = [job_id, *columns]
-        with db.cursor() as cursor:
-            if bound is None:
-                cursor.execute(_SUBMIT_SQL, params)
-                row = cursor.fetchone()
-                held = None
-            else:
-                cursor.execute(_BOUNDED_SUBMIT_SQL, [scope, bound, *params, bound])
-                *row, held = cursor.fetchone()
-                if row[0] is None:
-                    row = None
+        row, held = statements.insert_one([job_id, *columns], scope=scope, bound=bound)
         if row is not None:
             return None, row, job_id
         # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible. A
@@ -454,36 +404,6 @@ def _batch_row(index: int, new: NewJob) -> tuple[Any, ...]:
     return (new_job_id(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key)
 
 
-# One row comes back, not one per job: the transaction's time (every job's created_at, and the
-# run_at of every job due now), the run_at of the few scheduled later, and (bounded) the count the
-# bound was checked against. The first job carries the batch's Idempotency-Key, if any.
-_SUBMIT_MANY_SQL = f"""
-    WITH held AS MATERIALIZED ({{held}}),
-    inserted AS (
-        INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                           run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key,
-                           trace_context, created_at, updated_at)
-        SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, 'PENDING', 0, n.budget,
-               GREATEST(COALESCE(n.run_at, now()), now()), '', '',
-               CASE WHEN n.ord = 1 THEN %s END, %s, %s, n.key, %s::jsonb, now(), now()
-          FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-                      %s::timestamptz[], %s::text[]) WITH ORDINALITY
-               AS n(id, kind, queue, priority, payload, budget, run_at, key, ord)
-         WHERE (SELECT n FROM held) + %s <= %s
-        ON CONFLICT DO NOTHING
-        RETURNING id, run_at, queue
-    ),
-    woken AS (
-        SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) q
-    )
-    SELECT now(), count(*), array_agg(id) FILTER (WHERE run_at <> now()),
-           array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken), (SELECT n FROM held)
-      FROM inserted
-"""
-_SUBMIT_MANY_BOUNDED = _SUBMIT_MANY_SQL.replace("{held}", _HELD_SQL)
-_SUBMIT_MANY_UNBOUNDED = _SUBMIT_MANY_SQL.replace("{held}", "SELECT 0 AS n")
-
-
 def _insert_many(
     jobs: Sequence[NewJob],
     rows: list[tuple[Any, ...]],
@@ -500,12 +420,9 @@ def _insert_many(
         stored_context = None if trace_context is None else json.dumps(trace_context)
         columns = [key, scope, submitter, stored_context, ids, kinds, queues, priorities, payloads, budgets,
                    run_ats, keys, len(rows)]  # fmt: skip
-        with db.cursor() as cursor:
-            if bound is None:
-                cursor.execute(_SUBMIT_MANY_UNBOUNDED, [*columns, len(rows)])
-            else:
-                cursor.execute(_SUBMIT_MANY_BOUNDED, [scope, bound, *columns, bound])
-            now, count, later_ids, later_run_ats, _, held = cursor.fetchone()
+        now, count, later_ids, later_run_ats, _, held = statements.insert_many(
+            columns, count=len(rows), scope=scope, bound=bound
+        )
     if count != len(rows):
         if bound is not None and held + len(rows) > bound:
             raise TooManyUnfinished(held, bound, len(rows))
@@ -559,24 +476,11 @@ def enqueue_many(
     if not encoded:
         return []
     ids = [new_job_id() for _ in encoded]
-    with tracing.publishing(kind, queue, len(ids)) as trace_context, db.cursor() as cursor:
-        stored_context = None if trace_context is None else json.dumps(trace_context)
-        cursor.execute(
-            f"""
-            WITH inserted AS (
-                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, trace_context, created_at, updated_at)
-                SELECT new.id, %s, %s, %s, new.payload::jsonb, 'PENDING', 0, %s, GREATEST(COALESCE(%s, now()), now()),
-                       '', '', %s::jsonb, now(), now()
-                  FROM unnest(%s::uuid[], %s::text[]) AS new(id, payload)
-                RETURNING run_at, queue
-            )
-            -- One wake-up for the queue, delivered when (and only if) the transaction commits.
-            SELECT count(*), CASE WHEN bool_or(run_at <= now()) THEN pg_notify('{CHANNEL}', %s) END FROM inserted
-            """,
-            (kind, queue, priority, budget, run_at, stored_context, ids, encoded, queue),
-        )
-        (count, _) = cursor.fetchone()
+    with tracing.publishing(kind, queue, len(ids)) as trace_context:
+        count = statements.insert_of_kind(
+            kind=kind, queue=queue, priority=priority, budget=budget, run_at=run_at,
+            trace_context=None if trace_context is None else json.dumps(trace_context), ids=ids, payloads=encoded,
+        )  # fmt: skip
     if count != len(ids):
         raise AssertionError(f"enqueue_many stored {count} of {len(ids)} jobs")
     _announce([(job_id, kind, queue) for job_id in ids])
@@ -606,26 +510,12 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             raise WrongStatus(
                 job, JobStatus.DEAD, f"Job {job.id} has unique_key {job.unique_key!r}; another job with it is active."
             )
-        Job.objects.filter(pk=job.pk, status=JobStatus.DEAD).update(
-            status=JobStatus.PENDING,
-            max_attempts=job.attempts + budget,
-            run_at=Now(),
-            finished_at=None,
-            # A cancel asked of the run that died is not a request of the replayed one.
-            cancel_requested_at=None,
-            updated_at=Now(),
-        )
-        _notify(job.queue)
+        transitions.reopen(job.pk, max_attempts=job.attempts + budget)
+        statements.notify(job.queue)
         job.refresh_from_db()
         if by is not None:
             audit.record(by, job, REPLAYED)
     return job
-
-
-def _notify(queue: str) -> None:
-    """Wake the queue's idle workers once this transaction commits."""
-    with db.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
 
 def _budget_for(kind: str, fallback: int) -> int:
@@ -656,9 +546,7 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             return job
         if job.status != JobStatus.PENDING:
             raise WrongStatus(job, "PENDING or RUNNING")
-        Job.objects.filter(pk=job.pk, status=JobStatus.PENDING).update(
-            status=JobStatus.CANCELLED, finished_at=Now(), updated_at=Now()
-        )
+        transitions.cancel_pending(job.pk)
         job.refresh_from_db()
         if by is not None:
             audit.record(by, job, CANCELLED)
@@ -693,197 +581,10 @@ def resume(queue: str, *, by: Any = None) -> QueueState:
         # leaves nothing behind.
         QueueState.objects.filter(name=queue).delete()
         state = QueueState(name=queue)
-        _notify(queue)
+        statements.notify(queue)
         if by is not None:
             audit.record(by, state, RESUMED)
     return state
-
-
-def prune(
-    *,
-    older_than: dt.timedelta,
-    batch_size: int = 1000,
-    progress: Callable[[int], None] | None = None,
-    statuses: Sequence[str] = FINISHED,
-    max_batches: int | None = None,
-    dry_run: bool = False,
-) -> int:
-    """Delete finished jobs (and, by cascade, their attempts) in batches; return how many.
-
-    With `dry_run`, delete nothing and return how many would be deleted.
-
-    Each batch is its own short transaction (no long locks); with `max_batches`, stop after that
-    many even if more are old enough (the maintenance leader's retention, a bounded share per round).
-    """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1.")
-    # The oldest first, from the finished index: each batch reads only the rows it deletes. The
-    # status is checked on each row, never used to choose an index (the admin's status index
-    # would read every finished row; see reliableq.queue.sql.filter_only).
-    batch_sql = f"""
-        SELECT id FROM {JOB}
-         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)
-         ORDER BY finished_at
-         LIMIT %s
-           FOR UPDATE SKIP LOCKED
-    """
-    if not set(statuses) <= set(FINISHED):
-        raise ValueError(f"Only finished jobs can be pruned, not {sorted(set(statuses) - set(FINISHED))}.")
-    params = ([str(s) for s in statuses], older_than.total_seconds(), batch_size)
-    # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
-    # cheaper, for every batch; check once per run, and analyze if so (see reliableq.queue.planguard).
-    planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
-    if dry_run:
-        with db.cursor() as cursor:
-            cursor.execute(
-                f"SELECT count(*) FROM {JOB}"
-                " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)",
-                params[:2],
-            )
-            return int(cursor.fetchone()[0])
-    return _delete_batches(batch_sql, params, batch_size=batch_size, progress=progress, max_batches=max_batches)
-
-
-def _delete_batches(
-    batch_sql: str,
-    params: Sequence[Any],
-    *,
-    batch_size: int,
-    progress: Callable[[int], None] | None = None,
-    max_batches: int | None = None,
-) -> int:
-    """Delete the jobs `batch_sql` picks (at most batch_size at a time), with everything that refers to them."""
-    total = 0
-    batches = 0
-    while True:
-        with db.atomic():
-            with db.cursor() as cursor:
-                # Attempts first, so one batch is one pass over each table, not a cascade per row;
-                # every delete by key, never by a join to the batch (see the note in reliableq.queue). Each
-                # job's attempts are read as one range of the (job_id, number) index: the whole range
-                # of `number`, so every attempt, but written as a range so that even with no
-                # statistics the planner expects a handful of rows per job, not a scan's worth.
-                cursor.execute(
-                    f"""
-                    WITH batch AS MATERIALIZED ({batch_sql}),
-                    gone_attempts AS (
-                        DELETE FROM {ATTEMPT} a WHERE a.id = ANY(ARRAY(
-                            SELECT o.id FROM batch CROSS JOIN LATERAL (
-                                SELECT o.id FROM {ATTEMPT} o
-                                 WHERE o.job_id = batch.id AND o.number BETWEEN 0 AND 2147483647 OFFSET 0
-                            ) AS o
-                        ))
-                    ),
-                    gone_returns AS (
-                        DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
-                    ),
-                    gone_batch_keys AS (
-                        DELETE FROM {BATCH_KEY} b WHERE b.job_id = ANY(ARRAY(SELECT id FROM batch))
-                    )
-                    DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
-                    """,
-                    params,
-                )
-                deleted = cursor.rowcount
-        total += deleted
-        batches += 1
-        if progress is not None:
-            progress(deleted)
-        if deleted < batch_size or (max_batches is not None and batches >= max_batches):
-            return total
-
-
-PURGED = "Purged: cancelled by an operator with reliableq_queue purge."
-
-
-def purge(
-    queue: str,
-    *,
-    delete: bool = False,
-    dry_run: bool = False,
-    batch_size: int = 1000,
-    progress: Callable[[int], None] | None = None,
-) -> int:
-    """Cancel (or, with `delete`, delete) every PENDING job of `queue`, due or scheduled; return how many.
-
-    For a backlog nobody will run (a flood on a queue no worker serves, say). RUNNING jobs are left
-    to finish: cancel those one at a time (services.cancel). Batches of short transactions, through
-    the due index's (queue, ...) prefix; rows a claim has locked are skipped, not waited for.
-    """
-    rules.queue_name(queue)
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1.")
-    pending = f"SELECT id FROM {JOB} WHERE status = '{JobStatus.PENDING}' AND queue = %s"
-    if dry_run:
-        with db.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM ({pending}) p", [queue])
-            return int(cursor.fetchone()[0])
-    batch_sql = f"{pending} LIMIT %s FOR UPDATE SKIP LOCKED"
-    if delete:
-        return _delete_batches(batch_sql, [queue, batch_size], batch_size=batch_size, progress=progress)
-    total = 0
-    while True:
-        with db.atomic(), db.cursor() as cursor:
-            cursor.execute(
-                f"""
-                WITH batch AS MATERIALIZED ({batch_sql})
-                UPDATE {JOB} j SET status = '{JobStatus.CANCELLED}', finished_at = now(), updated_at = now(),
-                       last_error = %s
-                 WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = '{JobStatus.PENDING}'
-                """,
-                [queue, batch_size, PURGED],
-            )
-            done = cursor.rowcount
-        total += done
-        if progress is not None:
-            progress(done)
-        if done < batch_size:
-            return total
-
-
-RETENTION_BATCH = 1000  # rows per retention transaction
-RETENTION_BUDGET_SECONDS = 0.25  # the most one retention round spends deleting
-
-
-class Retained(dict[str, int]):
-    """Rows deleted per status by one retention round; `more` when its time ran out before the old rows did."""
-
-    more = False
-
-
-def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
-    """Delete finished jobs past RETENTION_SECONDS for their status, in batches, for at most `budget_seconds`.
-
-    The maintenance leader calls this every retention interval, and at its next tick again while
-    `more` says old rows are left: a round is a quarter of a second of short transactions, so the
-    leader's own claims wait little, and rounds back to back delete thousands of rows a second, more
-    than a fleet finishes. `prunejobs` stays for manual use.
-    """
-    deadline = time.monotonic() + budget_seconds
-    deleted = Retained()
-    # Pauses that ended by themselves (paused_until passed) leave their row: a running queue needs none.
-    QueueState.objects.filter(paused_until__lte=Now()).delete()
-    from .queue import workers
-
-    workers.prune()
-    for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
-        if seconds is None:
-            continue  # kept forever
-        deleted[status] = 0
-        while True:
-            n = prune(
-                older_than=dt.timedelta(seconds=float(seconds)),
-                statuses=[status],
-                batch_size=RETENTION_BATCH,
-                max_batches=1,
-            )
-            deleted[status] += n
-            if n < RETENTION_BATCH:
-                break
-            if time.monotonic() >= deadline:
-                deleted.more = True
-                break
-    return deleted
 
 
 def has_work(queues: list[str] | tuple[str, ...]) -> bool:

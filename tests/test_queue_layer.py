@@ -22,8 +22,6 @@ ELSEWHERE = {
     "reliableq/api/tokenfunction.py": "the token lookup function's own check, on the default database",
     # Not the queue's tables: the bundled charge service's own.
     "charges/services.py": "the charge service's tables",
-    # Still to move (issue 27): enqueue, replay, cancel and prune, into queue/enqueue.py and queue/prune.py.
-    "reliableq/services.py": "enqueue, replay, cancel and prune statements, to move into reliableq/queue",
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from .. import faults
 from ..conf import reliableq_settings
 from ..models import Outcome
-from . import db
+from . import db, transitions
 from .records import Finish, FinishResult
 from .sql import ATTEMPT, JOB, RETURN_VALUE, RUNNING_FENCE, S, attempts_of
 
@@ -119,16 +119,19 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
                            error = 'claim commit was not acknowledged; the worker released the job'
                      WHERE a.id = ANY({attempts_of("orphans", "o.lease_token = k.lease_token")})
                        AND a.outcome = {S.RUNNING}
-                )
-                UPDATE {JOB} j
-                   SET status = CASE WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
-                       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-                       run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
-                       last_error = 'claim commit was not acknowledged; the worker released the job'
-                  FROM orphans
-                 WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
-                   AND j.id = orphans.id AND j.lease_token = orphans.lease_token
-             RETURNING j.id
+                ),
+                moved AS (
+                    UPDATE {JOB} j
+                       SET status = CASE WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
+                           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+                           run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+                           last_error = 'claim commit was not acknowledged; the worker released the job'
+                      FROM orphans
+                     WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
+                       AND j.id = orphans.id AND j.lease_token = orphans.lease_token
+                 RETURNING j.id, j.status
+                ){transitions.after("moved", transitions.ENDED)}
+                SELECT id FROM moved
                 """,
                 (worker_id, [str(t) for t in known]),
             )
@@ -199,8 +202,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                        AND j.id = v.id AND j.lease_token = v.token
                  RETURNING j.id, v.token,
                            CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END,
-                           v.error, v.traceback
-                ),
+                           v.error, v.traceback, j.status
+                ){transitions.after("fin", transitions.ENDED)},
                 closing AS MATERIALIZED (
                     SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
                         SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token

@@ -13,7 +13,7 @@ from django.db.models.expressions import RawSQL
 
 from ..floors import RescueFloor
 from ..models import Job, JobStatus
-from . import db
+from . import db, transitions
 from .pick import Floor
 from .records import Rescued
 from .sql import ATTEMPT, JOB, S, attempts_of, compile_sql, filter_only
@@ -99,24 +99,30 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
                        finished_at = now(),
                        error = format('lease expired: worker %%s stopped renewing it', a.worker_id)
                  WHERE a.id = ANY({attempts_of("expired", f"o.outcome = {S.RUNNING}")}) AND a.outcome = {S.RUNNING}
-            )
-            UPDATE {JOB} j
-               SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {S.CANCELLED}
-                                 WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
-                   run_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
-                                 THEN j.run_at ELSE now() END,
-                   finished_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
-                                      THEN now() END,
-                   lease_token = NULL,
-                   lease_expires_at = NULL,
-                   last_error = format(
-                       'lease of attempt %%s/%%s expired: worker %%s stopped renewing it%%s',
-                       j.attempts, j.max_attempts, j.worker_id,
-                       CASE WHEN j.cancel_requested_at IS NOT NULL THEN '; cancelled on request'
-                            WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
-                   updated_at = now()
-             WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
-         RETURNING j.id, j.attempts, j.status, j.worker_id
+            ),
+            moved AS (
+                UPDATE {JOB} j
+                   SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {S.CANCELLED}
+                                     WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
+                       run_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
+                                     THEN j.run_at ELSE now() END,
+                       finished_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
+                                          THEN now() END,
+                       lease_token = NULL,
+                       lease_expires_at = NULL,
+                       last_error = format(
+                           'lease of attempt %%s/%%s expired: worker %%s stopped renewing it%%s',
+                           j.attempts, j.max_attempts, j.worker_id,
+                           CASE WHEN j.cancel_requested_at IS NOT NULL THEN '; cancelled on request'
+                                WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
+                       updated_at = now()
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
+             RETURNING j.id, j.attempts, j.status, j.worker_id
+            ){transitions.after("moved", transitions.ENDED)}
+            SELECT id, attempts, status, worker_id FROM moved
             """,
         expired_params,
     )
+
+
+transitions.caches(rescue_sql.cache_clear)

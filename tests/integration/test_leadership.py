@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from reliableq import services
 from reliableq.checks import retention_errors
 from reliableq.models import Job, JobStatus, Leader
-from reliableq.queue import leadership
+from reliableq.queue import leadership, prune
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +78,7 @@ def test_a_retention_round_keeps_deleting_batches_until_its_time_is_spent(settin
     finishes, so the table grew without end. A round now deletes batches for up to its budget and
     says when old rows are left, so the leader goes on at its next tick."""
     settings.RELIABLEQ = {**settings.RELIABLEQ, "RETENTION_SECONDS": {"SUCCEEDED": 60}}
-    monkeypatch.setattr(services, "RETENTION_BATCH", 2)
+    monkeypatch.setattr(prune, "RETENTION_BATCH", 2)  # the batch the round deletes at a time
     JobFactory.create_batch(7, status=JobStatus.SUCCEEDED)
     Job.objects.update(finished_at=Now() - dt.timedelta(minutes=10))
 

@@ -1,0 +1,215 @@
+"""Deleting finished jobs (prunejobs, the maintenance leader's retention) and purging a queue's backlog.
+
+Batches of short transactions, each picking its rows by an index under a LIMIT and deleting
+everything that refers to them by key: no long locks, no cascade per row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db.models.functions import Now
+
+from .. import rules
+from ..conf import reliableq_settings
+from ..models import FINISHED, Attempt, BatchKey, QueueState, ReturnValue
+from . import db, planguard, transitions
+from .sql import JOB, S
+
+ATTEMPT = Attempt._meta.db_table
+RETURN_VALUE = ReturnValue._meta.db_table
+BATCH_KEY = BatchKey._meta.db_table
+
+
+def prune(
+    *,
+    older_than: dt.timedelta,
+    batch_size: int = 1000,
+    progress: Callable[[int], None] | None = None,
+    statuses: Sequence[str] = FINISHED,
+    max_batches: int | None = None,
+    dry_run: bool = False,
+) -> int:
+    """Delete finished jobs (and, by cascade, their attempts) in batches; return how many.
+
+    With `dry_run`, delete nothing and return how many would be deleted.
+
+    Each batch is its own short transaction (no long locks); with `max_batches`, stop after that
+    many even if more are old enough (the maintenance leader's retention, a bounded share per round).
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    # The oldest first, from the finished index: each batch reads only the rows it deletes. The
+    # status is checked on each row, never used to choose an index (the admin's status index
+    # would read every finished row; see reliableq.queue.sql.filter_only).
+    batch_sql = f"""
+        SELECT id FROM {JOB}
+         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)
+         ORDER BY finished_at
+         LIMIT %s
+           FOR UPDATE SKIP LOCKED
+    """
+    if not set(statuses) <= set(FINISHED):
+        raise ValueError(f"Only finished jobs can be pruned, not {sorted(set(statuses) - set(FINISHED))}.")
+    params = ([str(s) for s in statuses], older_than.total_seconds(), batch_size)
+    # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
+    # cheaper, for every batch; check once per run, and analyze if so (see planguard).
+    planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
+    if dry_run:
+        with db.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM {JOB}"
+                " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)",
+                params[:2],
+            )
+            return int(cursor.fetchone()[0])
+    return delete_batches(batch_sql, params, batch_size=batch_size, progress=progress, max_batches=max_batches)
+
+
+def delete_batches(
+    batch_sql: str,
+    params: Sequence[Any],
+    *,
+    batch_size: int,
+    progress: Callable[[int], None] | None = None,
+    max_batches: int | None = None,
+) -> int:
+    """Delete the jobs `batch_sql` picks (at most batch_size at a time), with everything that refers to them."""
+    total = 0
+    batches = 0
+    while True:
+        with db.atomic():
+            with db.cursor() as cursor:
+                # Attempts first, so one batch is one pass over each table, not a cascade per row;
+                # every delete by key, never by a join to the batch (see the note in reliableq.queue). Each
+                # job's attempts are read as one range of the (job_id, number) index: the whole range
+                # of `number`, so every attempt, but written as a range so that even with no
+                # statistics the planner expects a handful of rows per job, not a scan's worth.
+                cursor.execute(
+                    f"""
+                    WITH batch AS MATERIALIZED ({batch_sql}),
+                    gone_attempts AS (
+                        DELETE FROM {ATTEMPT} a WHERE a.id = ANY(ARRAY(
+                            SELECT o.id FROM batch CROSS JOIN LATERAL (
+                                SELECT o.id FROM {ATTEMPT} o
+                                 WHERE o.job_id = batch.id AND o.number BETWEEN 0 AND 2147483647 OFFSET 0
+                            ) AS o
+                        ))
+                    ),
+                    gone_returns AS (
+                        DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    ),
+                    gone_batch_keys AS (
+                        DELETE FROM {BATCH_KEY} b WHERE b.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    )
+                    DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
+                    """,
+                    params,
+                )
+                deleted = cursor.rowcount
+        total += deleted
+        batches += 1
+        if progress is not None:
+            progress(deleted)
+        if deleted < batch_size or (max_batches is not None and batches >= max_batches):
+            return total
+
+
+PURGED = "Purged: cancelled by an operator with reliableq_queue purge."
+
+
+def purge(
+    queue: str,
+    *,
+    delete: bool = False,
+    dry_run: bool = False,
+    batch_size: int = 1000,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Cancel (or, with `delete`, delete) every PENDING job of `queue`, due or scheduled; return how many.
+
+    For a backlog nobody will run (a flood on a queue no worker serves, say). RUNNING jobs are left
+    to finish: cancel those one at a time (services.cancel). Batches of short transactions, through
+    the due index's (queue, ...) prefix; rows a claim has locked are skipped, not waited for.
+    """
+    rules.queue_name(queue)
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    pending = f"SELECT id FROM {JOB} WHERE status = {S.PENDING} AND queue = %s"
+    if dry_run:
+        with db.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM ({pending}) p", [queue])
+            return int(cursor.fetchone()[0])
+    batch_sql = f"{pending} LIMIT %s FOR UPDATE SKIP LOCKED"
+    if delete:
+        return delete_batches(batch_sql, [queue, batch_size], batch_size=batch_size, progress=progress)
+    total = 0
+    while True:
+        with db.atomic(), db.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH batch AS MATERIALIZED ({batch_sql}),
+                moved AS (
+                    UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
+                           last_error = %s
+                     WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = {S.PENDING}
+                 RETURNING j.id, j.status
+                ){transitions.after("moved", transitions.ENDED)}
+                SELECT count(*) FROM moved
+                """,
+                [queue, batch_size, PURGED],
+            )
+            done = int(cursor.fetchone()[0])
+        total += done
+        if progress is not None:
+            progress(done)
+        if done < batch_size:
+            return total
+
+
+RETENTION_BATCH = 1000  # rows per retention transaction
+RETENTION_BUDGET_SECONDS = 0.25  # the most one retention round spends deleting
+
+
+class Retained(dict[str, int]):
+    """Rows deleted per status by one retention round; `more` when its time ran out before the old rows did."""
+
+    more = False
+
+
+def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
+    """Delete finished jobs past RETENTION_SECONDS for their status, in batches, for at most `budget_seconds`.
+
+    The maintenance leader calls this every retention interval, and at its next tick again while
+    `more` says old rows are left: a round is a quarter of a second of short transactions, so the
+    leader's own claims wait little, and rounds back to back delete thousands of rows a second, more
+    than a fleet finishes. `prunejobs` stays for manual use.
+    """
+    deadline = time.monotonic() + budget_seconds
+    deleted = Retained()
+    # Pauses that ended by themselves (paused_until passed) leave their row: a running queue needs none.
+    QueueState.objects.filter(paused_until__lte=Now()).delete()
+    from . import workers
+
+    workers.prune()
+    for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
+        if seconds is None:
+            continue  # kept forever
+        deleted[status] = 0
+        while True:
+            n = prune(
+                older_than=dt.timedelta(seconds=float(seconds)),
+                statuses=[status],
+                batch_size=RETENTION_BATCH,
+                max_batches=1,
+            )
+            deleted[status] += n
+            if n < RETENTION_BATCH:
+                break
+            if time.monotonic() >= deadline:
+                deleted.more = True
+                break
+    return deleted
