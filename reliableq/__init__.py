@@ -13,12 +13,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import Cancelled, InvalidJob, PermanentError, ReliableQError, Snooze, TransientError, UnknownKind
+from .options import JobOptions
 from .registry import handler
 
 if TYPE_CHECKING:
+    import uuid
+    from collections.abc import Iterable
+
+    from typing_extensions import Unpack
+
     from .models import Job
+    from .options import EnqueueOptions, ManyOptions
 
 __all__ = [
+    "JobOptions",
     "handler",
     "enqueue",
     "enqueue_on_commit",
@@ -33,21 +41,25 @@ __all__ = [
 ]
 
 
-def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:
+def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Unpack[EnqueueOptions]) -> Job:
     """Store a job in the caller's transaction on the queue's database; return it (reliableq.services.enqueue)."""
     from .services import enqueue as _enqueue  # models load only once apps are ready
 
     return _enqueue(kind, payload, **options)
 
 
-def enqueue_on_commit(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
+def enqueue_on_commit(
+    kind: str, payload: dict[str, Any] | None = None, *, using: str | None = None, **options: Unpack[EnqueueOptions]
+) -> None:
     """Enqueue once the caller's transaction on `using` commits (see reliableq.services.enqueue_on_commit)."""
     from .services import enqueue_on_commit as _enqueue_on_commit
 
-    _enqueue_on_commit(kind, payload, **options)
+    _enqueue_on_commit(kind, payload, using=using, **options)
 
 
-def enqueue_many(kind: str, payloads: Any, **options: Any) -> list[Any]:
+def enqueue_many(
+    kind: str, payloads: Iterable[dict[str, Any] | None], **options: Unpack[ManyOptions]
+) -> list[uuid.UUID]:
     """Store many jobs of one kind with one INSERT in the caller's transaction (see reliableq.services.enqueue_many)."""
     from .services import enqueue_many as _enqueue_many
 

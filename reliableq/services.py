@@ -19,6 +19,7 @@ from .conf import reliableq_settings
 from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
 from .models import BatchKey, Job, JobStatus, QueueState
+from .options import PER_JOB, JobOptions
 from .queue import db, transitions
 from .queue import enqueue as statements
 from .queue.enqueue import CHANNEL
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidJob",
     "WrongStatus",
     "NewJob",
+    "JobOptions",
     "enqueue",
     "enqueue_on_commit",
     "submit",
@@ -59,36 +61,16 @@ def _budget(handler: registry.Handler, max_attempts: int | None) -> int:
     return max_attempts if max_attempts is not None else handler.max_attempts or reliableq_settings.MAX_ATTEMPTS
 
 
-def enqueue(
-    kind: str,
-    payload: dict[str, Any] | None = None,
-    *,
-    queue: str = "default",
-    priority: int = 0,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    dedupe_key: str | None = None,
-    concurrency_key: str | None = None,
-    unique_key: str | None = None,
-) -> Job:
+def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:
     """Store a job in the caller's transaction on the queue's database; with `dedupe_key` (or
     `unique_key`, while that job is PENDING or RUNNING), return the job already stored for it.
+    `options` are JobOptions' fields.
 
     Only a transaction open on RELIABLEQ["DATABASE"] is joined: with the queue on a database of its
     own, the job commits at once (autocommit) whatever the caller does on another database; see
     enqueue_on_commit for that case.
     """
-    job, _ = submit(
-        kind,
-        payload,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        dedupe_key=dedupe_key,
-        concurrency_key=concurrency_key,
-        unique_key=unique_key,
-    )
+    job, _ = submit(kind, payload, JobOptions.of(options))
     return job
 
 
@@ -115,14 +97,8 @@ def pending_bound(submitted_by: Any) -> int | None:
 def submit(
     kind: str,
     payload: dict[str, Any] | None = None,
+    options: JobOptions | None = None,
     *,
-    queue: str = "default",
-    priority: int = 0,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    dedupe_key: str | None = None,
-    concurrency_key: str | None = None,
-    unique_key: str | None = None,
     submitted_by: Any = None,
     encoded: str | None = None,
 ) -> tuple[Job, bool]:
@@ -138,18 +114,9 @@ def submit(
     before it writes. `unique_key` holds only while its job is PENDING or RUNNING: if that job
     finishes between the conflict and the read, the insert is tried again.
     """
-    budget, encoded = _checked(
-        kind,
-        payload,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        dedupe_key=dedupe_key,
-        concurrency_key=concurrency_key,
-        unique_key=unique_key,
-        encoded=encoded,
-    )
+    o = options or JobOptions()
+    queue, priority, dedupe_key, unique_key = o.queue, o.priority, o.dedupe_key, o.unique_key
+    budget, encoded = _checked(kind, payload, o, encoded=encoded)
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
     bound = pending_bound(submitted_by)
@@ -157,8 +124,8 @@ def submit(
     with tracing.publishing(kind, queue) as trace_context:
         found, row, job_id = _insert_one(
             kind, scope, bound, dedupe_key, unique_key,
-            [kind, queue, priority, encoded, budget, run_at, dedupe_key, scope, submitter, concurrency_key, unique_key,
-             None if trace_context is None else json.dumps(trace_context)],
+            [kind, queue, priority, encoded, budget, o.run_at, dedupe_key, scope, submitter, o.concurrency_key,
+             unique_key, None if trace_context is None else json.dumps(trace_context)],
         )  # fmt: skip
     if found is not None:
         return found, False
@@ -183,7 +150,7 @@ def submit(
         "dedupe_key": dedupe_key,
         "dedupe_scope": scope,
         "submitted_by": submitter,
-        "concurrency_key": concurrency_key,
+        "concurrency_key": o.concurrency_key,
         "unique_key": unique_key,
         "snoozes": 0,
         "cancel_requested_at": None,
@@ -239,49 +206,29 @@ def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | Non
 
 
 def _checked(
-    kind: str,
-    payload: dict[str, Any] | None,
-    *,
-    queue: str,
-    priority: int,
-    run_at: dt.datetime | None,
-    max_attempts: int | None,
-    dedupe_key: str | None,
-    concurrency_key: str | None,
-    unique_key: str | None,
-    encoded: str | None = None,
+    kind: str, payload: dict[str, Any] | None, options: JobOptions, *, encoded: str | None = None
 ) -> tuple[int, str]:
     """Apply the rules to one job: its attempt budget, and its payload as the JSON to store.
 
     With `encoded` (the API's parser applied the rules to the queue, priority, run_at and
     payload already), those are not checked twice."""
     handler = registry.get(kind)  # UnknownKind if no app registered it
-    budget = _budget(handler, max_attempts)
+    budget = _budget(handler, options.max_attempts)
     rules.max_attempts(budget)
     if encoded is None:
-        rules.queue_name(queue)
-        rules.priority(priority)
-        rules.run_at(run_at)
-    for name, value in (("dedupe_key", dedupe_key), ("unique_key", unique_key)):
+        rules.queue_name(options.queue)
+        rules.priority(options.priority)
+        rules.run_at(options.run_at)
+    for name, value in (("dedupe_key", options.dedupe_key), ("unique_key", options.unique_key)):
         if value is not None:
             rules.key(value, field=name)
-    if concurrency_key is not None:
-        _check_concurrency_key(handler, concurrency_key)
+    if options.concurrency_key is not None:
+        _check_concurrency_key(handler, options.concurrency_key)
     return budget, rules.payload(payload) if encoded is None else encoded
 
 
 def enqueue_on_commit(
-    kind: str,
-    payload: dict[str, Any] | None = None,
-    *,
-    using: str | None = None,
-    queue: str = "default",
-    priority: int = 0,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    dedupe_key: str | None = None,
-    concurrency_key: str | None = None,
-    unique_key: str | None = None,
+    kind: str, payload: dict[str, Any] | None = None, *, using: str | None = None, **options: Any
 ) -> None:
     """Enqueue once the caller's transaction on database `using` commits; never if it rolls back.
 
@@ -291,11 +238,8 @@ def enqueue_on_commit(
     dies between the commit and the enqueue loses the job, and an enqueue that fails then (the
     queue's database unreachable) raises to the code whose block committed, after its commit.
     """
-    options: dict[str, Any] = {
-        "queue": queue, "priority": priority, "run_at": run_at, "max_attempts": max_attempts,
-        "dedupe_key": dedupe_key, "concurrency_key": concurrency_key, "unique_key": unique_key,
-    }  # fmt: skip
-    _, encoded = _checked(kind, payload, **options)
+    checked = JobOptions.of(options, where="enqueue_on_commit")
+    _, encoded = _checked(kind, payload, checked)
     transaction.on_commit(functools.partial(enqueue, kind, json.loads(encoded), **options), using=using)
 
 
@@ -313,14 +257,10 @@ class NewJob:
 
     kind: str
     payload: dict[str, Any]
-    queue: str = "default"
-    priority: int = 0
-    run_at: dt.datetime | None = None
-    max_attempts: int | None = None
-    concurrency_key: str | None = None
-    # submit() only (POST /v1/jobs): submit_many refuses it, since one INSERT of many rows cannot
-    # answer "that job already holds the key" per row.
-    unique_key: str | None = None
+    # Its dedupe_key is not used: a batch has one Idempotency-Key, submit_many's `key`. Its
+    # unique_key is refused by submit_many, since one INSERT of many rows cannot answer "that job
+    # already holds the key" per row (submit() takes it: POST /v1/jobs).
+    options: JobOptions = field(default_factory=JobOptions)
     # The payload as the JSON to store, when the rules have already been applied (the API's parser).
     encoded: str | None = field(default=None, compare=False, repr=False)
 
@@ -386,22 +326,23 @@ def _batch_row(index: int, new: NewJob) -> tuple[Any, ...]:
         handler = registry.get(new.kind)
     except registry.UnknownKind as exc:
         raise InvalidJob(f"job {index}: {exc}", field=f"jobs[{index}].kind") from None
-    if new.unique_key is not None:
+    o = new.options
+    if o.unique_key is not None:
         raise InvalidJob(f"job {index}: {BATCH_UNIQUE_KEY}", field=f"jobs[{index}].unique_key")
-    budget = _budget(handler, new.max_attempts)
+    budget = _budget(handler, o.max_attempts)
     encoded = new.encoded
     try:
         if encoded is None:
             rules.max_attempts(budget)
-            rules.queue_name(new.queue)
-            rules.priority(new.priority)
-            rules.run_at(new.run_at)
+            rules.queue_name(o.queue)
+            rules.priority(o.priority)
+            rules.run_at(o.run_at)
             encoded = rules.payload(new.payload)
-        if new.concurrency_key is not None:
-            _check_concurrency_key(handler, new.concurrency_key)
+        if o.concurrency_key is not None:
+            _check_concurrency_key(handler, o.concurrency_key)
     except InvalidJob as exc:
         raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
-    return (new_job_id(), new.kind, new.queue, new.priority, encoded, budget, new.run_at, new.concurrency_key)
+    return (new_job_id(), new.kind, o.queue, o.priority, encoded, budget, o.run_at, o.concurrency_key)
 
 
 def _insert_many(
@@ -451,35 +392,26 @@ def _insert_many(
     return made
 
 
-def enqueue_many(
-    kind: str,
-    payloads: Iterable[dict[str, Any] | None],
-    *,
-    queue: str = "default",
-    priority: int = 0,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-) -> list[uuid.UUID]:
+def enqueue_many(kind: str, payloads: Iterable[dict[str, Any] | None], **options: Any) -> list[uuid.UUID]:
     """Store many jobs of one kind in the caller's transaction, with one INSERT; return their ids in order.
 
     The bulk form of enqueue, for imports and fan-outs: the same validation per payload, the
     same columns, time from the database, and one wake-up for the queue (sent only if the
-    transaction commits). No dedupe keys: use enqueue for jobs that need one.
+    transaction commits). Every option of enqueue but the keys of one job (dedupe_key, unique_key:
+    use enqueue for jobs that need one), applied to each job.
     """
-    handler = registry.get(kind)  # UnknownKind if no app registered it
-    budget = _budget(handler, max_attempts)
-    rules.max_attempts(budget)
-    rules.queue_name(queue)
-    rules.priority(priority)
-    rules.run_at(run_at)
+    o = JobOptions.of(options, refused=PER_JOB, where="enqueue_many")
+    budget, _ = _checked(kind, {}, o)
+    queue = o.queue
     encoded = [rules.payload(payload) for payload in payloads]
     if not encoded:
         return []
     ids = [new_job_id() for _ in encoded]
     with tracing.publishing(kind, queue, len(ids)) as trace_context:
         count = statements.insert_of_kind(
-            kind=kind, queue=queue, priority=priority, budget=budget, run_at=run_at,
-            trace_context=None if trace_context is None else json.dumps(trace_context), ids=ids, payloads=encoded,
+            kind=kind, queue=queue, priority=o.priority, budget=budget, run_at=o.run_at,
+            concurrency_key=o.concurrency_key, ids=ids, payloads=encoded,
+            trace_context=None if trace_context is None else json.dumps(trace_context),
         )  # fmt: skip
     if count != len(ids):
         raise AssertionError(f"enqueue_many stored {count} of {len(ids)} jobs")

@@ -15,6 +15,7 @@ from typing import Any
 from .. import registry, rules
 from ..errors import InvalidJob, NotSubmittable
 from ..models import Job
+from ..options import JobOptions
 from ..services import BATCH_UNIQUE_KEY, NewJob
 
 FIELDS = ("kind", "payload", "queue", "priority", "run_at", "max_attempts", "unique_key")
@@ -58,8 +59,9 @@ def parse(data: Any) -> Submission:
             errors[name] = [str(exc)]
     if errors:
         raise Invalid(errors)
-    values["payload"], values["encoded"] = values["payload"]
-    return Submission(**values)
+    payload, encoded = values.pop("payload")
+    kind = values.pop("kind")
+    return Submission(kind=kind, payload=payload, options=JobOptions(**values), encoded=encoded)
 
 
 def batch_items(data: Any) -> list[Any]:
@@ -90,7 +92,7 @@ def parse_items(items: list[Any]) -> list[Submission]:
     for index, item in enumerate(items):
         try:
             sub = parse(item)
-            if sub.unique_key is not None:
+            if sub.options.unique_key is not None:
                 raise Invalid({"unique_key": [BATCH_UNIQUE_KEY]})
             parsed.append(sub)
         except Invalid as exc:
@@ -115,19 +117,20 @@ def same(job: Job, sub: Submission) -> bool:
     moves run_at, a replay raises max_attempts), so they are compared only while the job
     has never been claimed; after that a resent body is taken as the same submission.
     """
+    o = sub.options
     if (job.kind, job.payload, job.queue, job.priority, job.unique_key) != (
         sub.kind,
         sub.payload,
-        sub.queue,
-        sub.priority,
-        sub.unique_key,
+        o.queue,
+        o.priority,
+        o.unique_key,
     ):
         return False
     if job.attempts:
         return True
-    if sub.max_attempts is not None and sub.max_attempts != job.max_attempts:
+    if o.max_attempts is not None and o.max_attempts != job.max_attempts:
         return False
-    if sub.run_at is not None and max(sub.run_at, job.created_at) != job.run_at:
+    if o.run_at is not None and max(o.run_at, job.created_at) != job.run_at:
         return False  # (a run_at in the past was stored as the INSERT's now(), the job's created_at)
     return True
 

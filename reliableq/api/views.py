@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 from urllib.parse import urlencode
@@ -133,7 +134,7 @@ class JobListView(BaseAPIView):
         _charge(self, request, 1)
         sub = _submission(request.data)
         key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None  # (request.headers copies every header first)
-        if key is not None and sub.unique_key is not None:
+        if key is not None and sub.options.unique_key is not None:
             # A job returned through its unique_key could not bind the key to this body: refused.
             raise exceptions.ValidationError(
                 {"unique_key": ["A unique_key cannot be combined with an Idempotency-Key; send one or the other."]}
@@ -220,12 +221,7 @@ def _submit(request: Request, sub: Submission, key: str | None) -> tuple[Job, bo
     return services.submit(
         sub.kind,
         sub.payload,
-        queue=sub.queue,
-        priority=sub.priority,
-        run_at=sub.run_at,
-        max_attempts=sub.max_attempts,
-        dedupe_key=key,
-        unique_key=sub.unique_key,
+        dataclasses.replace(sub.options, dedupe_key=key),
         submitted_by=request.user,
         encoded=sub.encoded,  # parse() applied the rules: not twice
     )

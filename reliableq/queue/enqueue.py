@@ -122,6 +122,7 @@ def insert_of_kind(
     queue: str,
     priority: int,
     budget: int,
+    concurrency_key: str | None = None,
     run_at: Any,
     trace_context: str | None,
     ids: Sequence[Any],
@@ -132,17 +133,17 @@ def insert_of_kind(
         cursor.execute(
             f"""
             WITH inserted AS (
-                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
-                                   run_at, worker_id, last_error, trace_context, created_at, updated_at)
+                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
+                                   worker_id, last_error, concurrency_key, trace_context, created_at, updated_at)
                 SELECT new.id, %s, %s, %s, new.payload::jsonb, {S.PENDING}, 0, %s,
-                       GREATEST(COALESCE(%s, now()), now()), '', '', %s::jsonb, now(), now()
+                       GREATEST(COALESCE(%s, now()), now()), '', '', %s, %s::jsonb, now(), now()
                   FROM unnest(%s::uuid[], %s::text[]) AS new(id, payload)
                 RETURNING run_at, queue
             )
             -- One wake-up for the queue, delivered when (and only if) the transaction commits.
             SELECT count(*), CASE WHEN bool_or(run_at <= now()) THEN pg_notify('{CHANNEL}', %s) END FROM inserted
             """,
-            (kind, queue, priority, budget, run_at, trace_context, list(ids), list(payloads), queue),
+            (kind, queue, priority, budget, run_at, concurrency_key, trace_context, list(ids), list(payloads), queue),
         )
         (count, _) = cursor.fetchone()
     return int(count)

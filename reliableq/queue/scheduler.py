@@ -14,6 +14,7 @@ from .. import registry, services
 from ..conf import reliableq_settings
 from ..cron import next_slot
 from ..models import Job
+from ..options import JobOptions
 from . import db
 
 logger = logging.getLogger("reliableq.scheduler")
@@ -41,7 +42,7 @@ def schedule_next(now: dt.datetime | None = None) -> list[Job]:
         if slot > horizon:
             continue  # a yearly slot beyond the schedule bound: inserted once it comes within it
         job, new = services.submit(
-            kind, {"scheduled_for": slot.isoformat()}, run_at=slot, dedupe_key=slot_key(kind, slot)
+            kind, {"scheduled_for": slot.isoformat()}, JobOptions(run_at=slot, dedupe_key=slot_key(kind, slot))
         )
         if new:
             logger.info("job=%s kind=%s scheduled for %s", job.id, kind, slot.isoformat())

@@ -13,6 +13,7 @@ from django.utils import timezone
 import reliableq
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
+from reliableq.options import JobOptions
 from reliableq.queue import db
 from reliableq.services import InvalidJob, enqueue, submit
 from tests.support import wait_until
@@ -74,8 +75,8 @@ def test_explicit_aware_run_at_is_kept() -> None:
 
 @pytest.mark.django_db
 def test_dedupe_key_returns_the_existing_job_and_makes_one_row() -> None:
-    first, created_first = submit("demo.noop", {"a": 1}, dedupe_key="order-42")
-    second, created_second = submit("demo.noop", {"a": 1}, dedupe_key="order-42")
+    first, created_first = submit("demo.noop", {"a": 1}, JobOptions(dedupe_key="order-42"))
+    second, created_second = submit("demo.noop", {"a": 1}, JobOptions(dedupe_key="order-42"))
     third = enqueue("demo.noop", {"something": "else"}, dedupe_key="order-42")
     assert (created_first, created_second) == (True, False)
     assert first.pk == second.pk == third.pk

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 import pytest
 
 import reliableq
+from reliableq import registry
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
 from reliableq.queue import db
 from reliableq.services import InvalidJob, enqueue_many
+from testproject.jobs import per_key
 
 from .helpers import claim_jobs, db_now, raw_connect
 
@@ -71,3 +74,28 @@ def test_enqueue_many_validates_like_enqueue_and_stores_nothing_on_error() -> No
     with pytest.raises(InvalidJob):
         enqueue_many("demo.noop", [{}], run_at=dt.datetime(2030, 1, 1))
     assert not Job.objects.filter(kind="demo.noop").exists()
+
+
+@pytest.fixture
+def per_key_kind() -> Iterator[None]:
+    """test.per_key registered for the test; the registry is put back as it was afterwards."""
+    saved = dict(registry._handlers)
+    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
+    yield
+    registry._handlers.clear()
+    registry._handlers.update(saved)
+
+
+@pytest.mark.django_db
+def test_enqueue_many_takes_every_option_of_enqueue_but_the_keys_of_one_job(per_key_kind: None) -> None:
+    """One JobOptions for every way in: a concurrency_key applies to each job of the batch."""
+    ids = reliableq.enqueue_many("test.per_key", [{}, {}], concurrency_key="acct-7", queue="bulk")
+    assert set(Job.objects.filter(id__in=ids).values_list("concurrency_key", "queue")) == {("acct-7", "bulk")}
+
+    for option in ("dedupe_key", "unique_key"):
+        with pytest.raises(TypeError, match=rf"enqueue_many\(\) got unexpected option\(s\) {option}; its options"):
+            reliableq.enqueue_many("demo.noop", [{}], **{option: "k"})
+    with pytest.raises(TypeError, match=r"enqueue\(\) got unexpected option\(s\) queues; its options are queue, "):
+        reliableq.enqueue("demo.noop", {}, queues="default")  # type: ignore[call-arg]
+    with pytest.raises(InvalidJob, match="no max_running_per_key"):
+        reliableq.enqueue_many("demo.noop", [{}], concurrency_key="acct-7")

@@ -19,6 +19,7 @@ from reliableq import queue as jobqueue
 from reliableq import registry, services
 from reliableq.errors import InvalidJob, WrongStatus
 from reliableq.models import Attempt, Job, JobStatus, Outcome, QueueState
+from reliableq.options import JobOptions
 from reliableq.queue import Finish, db
 from reliableq.testing import run_due
 from testproject.jobs import per_key, rated
@@ -73,10 +74,10 @@ def test_one_active_row_per_unique_key_under_16_concurrent_enqueuers() -> None:
 
 def test_a_users_unique_key_never_returns_another_users_job() -> None:
     alice, mallory = User.objects.create(username="alice"), User.objects.create(username="mallory")
-    theirs, _ = services.submit("demo.noop", {"secret": 1}, unique_key="k", submitted_by=alice)
-    mine, made = services.submit("demo.noop", {}, unique_key="k", submitted_by=mallory)
+    theirs, _ = services.submit("demo.noop", {"secret": 1}, JobOptions(unique_key="k"), submitted_by=alice)
+    mine, made = services.submit("demo.noop", {}, JobOptions(unique_key="k"), submitted_by=mallory)
     assert made and mine.pk != theirs.pk
-    again, made_again = services.submit("demo.noop", {}, unique_key="k", submitted_by=alice)
+    again, made_again = services.submit("demo.noop", {}, JobOptions(unique_key="k"), submitted_by=alice)
     assert again.pk == theirs.pk and not made_again
 
 

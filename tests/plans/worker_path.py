@@ -19,6 +19,7 @@ from reliableq import queue as jobqueue
 from reliableq import services
 from reliableq.floors import ClaimFloors, RescueFloor
 from reliableq.models import JobStatus, Outcome
+from reliableq.options import JobOptions
 from reliableq.queue import Finish, planguard
 from reliableq.queue import pick as jobqueue_pick
 from reliableq.queue import rescues as jobqueue_rescues
@@ -155,8 +156,8 @@ def release_unacknowledged() -> object:
 def schedule() -> object:
     """The scheduler's insert of a cron slot: the first worker creates the job, the next finds it."""
     key = f"cron:demo.noop:{uuid.uuid4()}"
-    services.submit(tables.KIND, {"scheduled_for": "soon"}, dedupe_key=key)
-    return services.submit(tables.KIND, {"scheduled_for": "soon"}, dedupe_key=key)
+    services.submit(tables.KIND, {"scheduled_for": "soon"}, JobOptions(dedupe_key=key))
+    return services.submit(tables.KIND, {"scheduled_for": "soon"}, JobOptions(dedupe_key=key))
 
 
 class _OneBatch(Exception):
