@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from reliableq.admin import RefusesNul, register_effect_link
+from reliableq.admin import ReadOnlyAdmin, register_effect_link
 from reliableq.models import Job
 
 from .models import Charge
@@ -25,7 +22,7 @@ register_effect_link("charge", charge_link)
 
 
 @admin.register(Charge)
-class ChargeAdmin(RefusesNul, admin.ModelAdmin):
+class ChargeAdmin(ReadOnlyAdmin):
     list_display = ["id", "idempotency_key", "amount", "currency", "description", "created_at"]
     search_fields = ["=idempotency_key"]
     search_help_text = "An idempotency key, exactly (reliableq:charge:<job id> for the charge job)."
@@ -40,12 +37,3 @@ class ChargeAdmin(RefusesNul, admin.ModelAdmin):
         "request_fingerprint",
         "created_at",
     ]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

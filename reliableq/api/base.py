@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ParseError, ValidationError
@@ -39,6 +39,16 @@ class BaseAPIView(APIView):
     # The query parameters the route reads; any other is a 400, after authentication and
     # permissions (a stranger learns nothing from it). None: the view checks its own.
     query_parameters: frozenset[str] | None = frozenset()
+    # The reliableq permission each method needs, besides a login ("*": every method), declared:
+    # {"GET": "view_job", "POST": "submit_job"}, or {"*": "view_job"}. Empty: a login only.
+    needs: ClassVar[dict[str, str]] = {}
+
+    def get_permissions(self) -> list[Any]:
+        checks = list(super().get_permissions())
+        codename = self.needs.get(self.request.method or "", self.needs.get("*"))
+        if codename:
+            checks.append(requires(f"reliableq.{codename}")())
+        return checks
 
     def known_query_parameters(self) -> frozenset[str] | None:
         return self.query_parameters

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import exceptions, status
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,14 +25,10 @@ from ..models import BatchKey, Job, JobStatus
 from ..queue import health, stats
 from . import documents, problems
 from .base import BaseAPIView
-from .permissions import holds, requires
+from .permissions import holds
 from .serializers import FilterSerializer
 from .submission import Invalid, Submission, batch_items, fingerprint, parse, parse_items, same
 from .throttles import ReadThrottle, SubmitThrottle
-
-
-def permission(codename: str) -> type[BasePermission]:
-    return requires(f"reliableq.{codename}")
 
 
 def _job_or_404(job_id: str) -> Job:
@@ -105,13 +101,11 @@ class JobPagination(CursorPagination):
 
 
 class JobListView(BaseAPIView):
+    needs = {"GET": "view_job", "POST": "submit_job"}
+
     def known_query_parameters(self) -> frozenset[str] | None:
         # The list's FilterSerializer refuses what it does not know; a submission takes none.
         return None if self.request.method == "GET" else frozenset()
-
-    def get_permissions(self) -> list[Any]:
-        needed = "view_job" if self.request.method == "GET" else "submit_job"
-        return [*list(super().get_permissions()), permission(needed)()]
 
     def get_throttles(self) -> list[Any]:
         return [SubmitThrottle()] if self.request.method == "POST" else []
@@ -176,8 +170,7 @@ class JobListView(BaseAPIView):
 class JobBatchView(BaseAPIView):
     """POST /v1/jobs/batch: up to 1,000 jobs in one INSERT, all or nothing; an Idempotency-Key covers the batch."""
 
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission("submit_job")()]
+    needs = {"*": "submit_job"}
 
     def get_throttles(self) -> list[Any]:
         return [SubmitThrottle()]
@@ -240,8 +233,7 @@ def _charge(view: BaseAPIView, request: Request, jobs: int) -> None:
 
 
 class JobDetailView(BaseAPIView):
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission("view_job")()]
+    needs = {"*": "view_job"}
 
     def get(self, request: Request, job_id: str) -> Response:
         return Response(_document(_job_or_404(job_id), request))
@@ -250,11 +242,7 @@ class JobDetailView(BaseAPIView):
 class _FateView(BaseAPIView):
     """replay and cancel: a permission, a service call, a 404 or a 409."""
 
-    codename = ""
     success: int = status.HTTP_200_OK
-
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission(self.codename)()]
 
     def act(self, job_id: uuid.UUID, user: Any) -> Job:
         raise NotImplementedError
@@ -271,7 +259,7 @@ class _FateView(BaseAPIView):
 
 
 class ReplayView(_FateView):
-    codename = "replay_job"
+    needs = {"*": "replay_job"}
     success = status.HTTP_202_ACCEPTED
 
     def act(self, job_id: uuid.UUID, user: Any) -> Job:
@@ -282,7 +270,7 @@ class CancelView(_FateView):
     """200 with the job CANCELLED (it was PENDING); 202 with cancel_requested (it is RUNNING and
     ends CANCELLED once its handler stops)."""
 
-    codename = "cancel_job"
+    needs = {"*": "cancel_job"}
 
     def act(self, job_id: uuid.UUID, user: Any) -> Job:
         job = services.cancel(job_id, by=user)
@@ -319,8 +307,7 @@ class QueueListView(BaseAPIView):
 
     throttle_classes = [ReadThrottle]
 
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission("view_job")()]
+    needs = {"*": "view_job"}
 
     def get(self, request: Request) -> Response:
         after = request.query_params.get("after", "")
@@ -345,8 +332,7 @@ class _QueueStateView(BaseAPIView):
 
     fields: tuple[str, ...] = ()
 
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission("pause_queue")()]
+    needs = {"*": "pause_queue"}
 
     def act(self, name: str, body: dict[str, Any], user: Any) -> None:
         raise NotImplementedError
@@ -377,8 +363,7 @@ class QueueResumeView(_QueueStateView):
 class StatsView(BaseAPIView):
     throttle_classes = [ReadThrottle]
 
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission("view_job")()]
+    needs = {"*": "view_job"}
 
     def get(self, request: Request) -> Response:
         return Response(stats.snapshot())
@@ -389,8 +374,7 @@ class MetricsView(BaseAPIView):
 
     throttle_classes = [ReadThrottle]
 
-    def get_permissions(self) -> list[Any]:
-        return [*list(super().get_permissions()), permission("view_job")()]
+    needs = {"*": "view_job"}
 
     def get(self, request: Request) -> HttpResponse:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

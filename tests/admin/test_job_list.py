@@ -190,7 +190,7 @@ def test_search_by_the_short_id_the_list_shows_finds_that_job(operator_client: C
 def test_the_short_id_is_looked_for_among_the_newest_jobs_only(
     operator_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reliableq import admin
+    from reliableq.admin import jobs as admin
 
     base = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
     old = job_in(JobStatus.DEAD, created_at=base)

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from reliableq import admin_paging
-from reliableq.admin_paging import CappedCountPaginator
+from reliableq.admin import paging as admin_paging
+from reliableq.admin.paging import CappedCountPaginator
 from reliableq.models import Job, JobStatus
 from reliableq.queue import db
 

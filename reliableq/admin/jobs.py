@@ -1,7 +1,4 @@
-"""The operators' admin: a fast, read-only job list, attempt history, replay and cancel, a dashboard.
-
-No business rules here: replay and cancel call reliableq.services, like the API does.
-"""
+"""The job list and a job's page: the attempt history, replay and cancel (through reliableq.services)."""
 
 from __future__ import annotations
 
@@ -10,156 +7,33 @@ import re
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import BadRequest, PermissionDenied
+from django.core.exceptions import PermissionDenied
 from django.db.models import F, Q, QuerySet, Subquery, TextField, Window
-from django.db.models.functions import Cast, Lag, Now
+from django.db.models.functions import Cast, Lag
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
-from django.views.decorators.http import require_POST
 
-from . import admin_times, charts, readcache, registry, rules, services
-from .admin_paging import CappedCountPaginator
-from .conf import reliableq_settings
-from .errors import InvalidJob, WrongStatus
-from .models import Attempt, Job, JobStatus, QueueDashboard, Worker
-from .queue import horizon, stats, workers
+from .. import services
+from ..errors import WrongStatus
+from ..models import Attempt, Job, JobStatus
+from . import times as admin_times
+from .common import EFFECT_LINKS, MAX_SELECTION, ReadOnlyAdmin, progress_html, registry_keeps_result, status_badge
+from .filters import KindFilter, LeaseExpiredFilter, QueueFilter
+from .paging import CappedCountPaginator
 
-STATUS_COLOURS: dict[str, str] = {
-    JobStatus.PENDING: "#205493",
-    JobStatus.RUNNING: "#b35900",
-    JobStatus.SUCCEEDED: "#2e7d32",
-    JobStatus.DEAD: "#b71c1c",
-    JobStatus.CANCELLED: "#616161",
-}
-
-
-def status_badge(status: str) -> str:
-    return format_html(
-        '<span class="rq-status rq-{}" style="color:#fff;background:{};padding:1px 6px;border-radius:3px;'
-        'font-weight:bold;font-size:11px">{}</span>',
-        status.lower(),
-        STATUS_COLOURS.get(status, "#000"),
-        status,
-    )
-
-
-# Apps that keep a record of a kind's effect (the bundled charges app, say) register a link to it
-# here, shown on the job's page: register_effect_link("charge", lambda job: format_html(...)).
-EFFECT_LINKS: dict[str, Callable[[Job], str]] = {}
-
-
-def register_effect_link(kind: str, link: Callable[[Job], str]) -> None:
-    """Show link(job) (safe HTML) on the page of every job of `kind`."""
-    EFFECT_LINKS[kind] = link
-
-
-# The most jobs one Replay or Cancel action touches: the confirmation page lists each of them.
-MAX_SELECTION = 500
-# The most queue names and kinds the filters list (any can still be filtered by its URL).
-MAX_QUEUE_CHOICES = 30
-MAX_KIND_CHOICES = 50
 # A short id (the list's 8 characters) is looked for among this many of the newest jobs: a suffix
 # of a UUID has no index, so the search reads at most this many index entries, whatever the table holds.
 SHORT_ID_SCAN = 100_000
+
+
 SHORT_ID = re.compile(r"[0-9a-fA-F]{4,12}")
-
-
-def progress_html(progress: Any) -> str:
-    """A job's last progress report as a bar (with a total) or a count, its note, and when it came."""
-    if not isinstance(progress, dict) or "done" not in progress:
-        return "-"
-    done, total, note = progress.get("done"), progress.get("total"), progress.get("note") or ""
-    at = str(progress.get("at", ""))[11:19]
-    if isinstance(total, int | float) and total > 0 and isinstance(done, int | float):
-        share = max(0.0, min(1.0, done / total))
-        return format_html(
-            '<progress class="job-progress" value="{}" max="1" title="{}"></progress> {} of {} {} <small>{}</small>',
-            f"{share:.3f}", f"{share:.0%}", done, total, note, at,
-        )  # fmt: skip
-    return format_html("{} {} <small>{}</small>", done, note, at)
-
-
-def registry_keeps_result(kind: str) -> bool:
-    try:
-        return registry.get(kind).keep_return
-    except registry.UnknownKind:
-        return True  # a kind this process does not know: show what is stored
-
-
-class RefusesNul:
-    """A list whose query string holds NUL is a 400: PostgreSQL cannot compare text with it (a 500 otherwise)."""
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        if any("\x00" in key or any("\x00" in v for v in values) for key, values in request.GET.lists()):
-            raise BadRequest("The query string cannot contain NUL characters.")
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
-
-
-class _ExactFilter(admin.SimpleListFilter):
-    """Filter on one column's exact value, with choices that never scan the whole table."""
-
-    def choices_from(self) -> list[str]:
-        raise NotImplementedError
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(v, v) for v in self.choices_from()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        value = self.value()
-        return queryset.filter(**{str(self.parameter_name): value}) if value else queryset
-
-
-class KindFilter(_ExactFilter):
-    """Kinds that have jobs, by a loose scan of the kind index (no SELECT DISTINCT over the table):
-    registered kinds without a job (tests', say) are not offered, a removed kind's DEAD jobs are."""
-
-    title = "kind"
-    parameter_name = "kind"
-
-    def choices_from(self) -> list[str]:
-        names = stats.kinds(limit=MAX_KIND_CHOICES)
-        chosen = self.value()
-        if chosen and chosen not in names:
-            names.append(chosen)
-        return names
-
-
-class QueueFilter(_ExactFilter):
-    """Queues in use, read with a loose index scan over (queue, created_at), the first MAX_QUEUE_CHOICES of them.
-
-    Every list page renders the choices, so thousands of queue names would make every page
-    megabytes long; the chosen queue is always listed, so a link to ?queue=<name> still shows it.
-    """
-
-    title = "queue"
-    parameter_name = "queue"
-
-    def choices_from(self) -> list[str]:
-        names = stats.queues(limit=MAX_QUEUE_CHOICES)
-        chosen = self.value()
-        if chosen and chosen not in names:
-            names.append(chosen)
-        return names
-
-
-class LeaseExpiredFilter(admin.SimpleListFilter):
-    title = "lease"
-    parameter_name = "lease"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("expired", "Lease expired (owner gone)")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        return queryset.filter(status=JobStatus.RUNNING, lease_expires_at__lte=Now()) if self.value() else queryset
 
 
 class AttemptInline(admin.TabularInline):
@@ -234,7 +108,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(RefusesNul, admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
     # What an operator reads first, left to right, within 1,280 px: the rest is on the job's page.
     list_display = [
         "short_id",
@@ -306,15 +180,6 @@ class JobAdmin(RefusesNul, admin.ModelAdmin):
     readonly_fields = [str(name) for _, options in fieldsets for name in options["fields"]]
 
     # -- read only ------------------------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_replay_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("reliableq.replay_job")
@@ -643,167 +508,3 @@ def _act_on_one(
     else:
         model_admin.message_user(request, done(job), messages.SUCCESS)
     return HttpResponseRedirect(reverse("admin:reliableq_job_change", args=[job.pk]))
-
-
-@admin.register(QueueDashboard)
-class QueueDashboardAdmin(admin.ModelAdmin):
-    """Shown in the admin index as "Queue dashboard"; its list page is the dashboard."""
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("reliableq.view_job")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("reliableq.pause_queue")
-
-    def get_urls(self) -> list[Any]:
-        return [
-            path("pause/", self.admin_site.admin_view(self.pause_view), name="reliableq_queue_pause"),
-            path("resume/", self.admin_site.admin_view(self.resume_view), name="reliableq_queue_resume"),
-        ] + super().get_urls()
-
-    def pause_view(self, request: HttpRequest) -> HttpResponse:
-        return _queue_state(request, self, pause=True)
-
-    def resume_view(self, request: HttpRequest) -> HttpResponse:
-        return _queue_state(request, self, pause=False)
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        after = request.GET.get("queues_after", "")
-        if after and not rules.QUEUE.fullmatch(after):
-            raise BadRequest("queues_after must be a queue name.")
-        figures = readcache.read("dashboard", _dashboard_figures)
-        queues, more = stats.queue_page(after=after, limit=DASHBOARD_QUEUES)
-        held = figures["horizon"]
-        snapshot = figures["snapshot"]
-        jobs_url = reverse("admin:reliableq_job_changelist")
-        return TemplateResponse(
-            request,
-            "admin/reliableq/queuedashboard/dashboard.html",
-            {
-                **self.admin_site.each_context(request),
-                "opts": self.model._meta,
-                "title": "Queue dashboard",
-                "snapshot": snapshot,
-                "statuses": [
-                    (s, snapshot["by_status"][s], status_badge(s), f"{jobs_url}?status__exact={s}")
-                    for s in JobStatus.values
-                ],
-                "kinds": sorted(snapshot["by_kind"].items()),
-                "status_names": JobStatus.values,
-                "dead_url": f"{jobs_url}?status__exact=DEAD",
-                "expired_url": f"{jobs_url}?lease=expired",
-                "last_hour": figures["last_hour"],
-                "horizon": held,
-                "horizon_warning": held.age_seconds > float(reliableq_settings.XMIN_WARNING_SECONDS),
-                "xmin_warning_seconds": reliableq_settings.XMIN_WARNING_SECONDS,
-                "dead_tuples": figures["dead_tuples"],
-                "chart_panels": figures["chart_panels"],
-                "queues": queues,
-                "unserved": workers.unserved(queues),
-                "live_workers": workers.live().count(),
-                "queues_after": after,
-                "queues_next": "?" + urlencode({"queues_after": more}) if more is not None else "",
-                "can_pause": self.has_pause_permission(request),
-                "limits": sorted(registry.limits().items()),
-            },
-        )
-
-
-DASHBOARD_QUEUES = 50  # queues per page of the dashboard's table
-
-
-@admin.register(Worker)
-class WorkerAdmin(RefusesNul, admin.ModelAdmin):
-    """Live and recently gone workers: what each serves and how busy it was at its last beat."""
-
-    list_display = ["id", "state", "host", "pid", "queue_names", "concurrency", "busy", "isolation", "version",
-                    "started", "last_seen"]  # fmt: skip
-    list_display_links = None
-    search_fields = ["=id", "=host"]
-    search_help_text = "A worker id or a host name, exactly."
-    ordering = ["-last_seen_at"]
-    show_full_result_count = False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("reliableq.view_job")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
-        return workers.with_state().order_by(*self.ordering)
-
-    @admin.display(description="state")
-    def state(self, worker: Any) -> str:
-        if worker.live:
-            return mark_safe('<strong style="color:#2e7d32">live</strong>')
-        if worker.stopped_at is not None:
-            return "stopped"
-        return mark_safe('<strong style="color:#b71c1c">gone</strong>')
-
-    @admin.display(description="queues")
-    def queue_names(self, worker: Worker) -> str:
-        return ", ".join(worker.queues or [])
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, worker: Worker) -> str:
-        return f"{worker.started_at:%Y-%m-%d %H:%M:%S}"
-
-    @admin.display(description="last seen", ordering="last_seen_at")
-    def last_seen(self, worker: Worker) -> str:
-        return f"{worker.last_seen_at:%Y-%m-%d %H:%M:%S} ({timesince(worker.last_seen_at, timezone.now())} ago)"
-
-
-def _dashboard_figures() -> dict[str, Any]:
-    """The dashboard's reads that cost the most (counts, the hour's charts), cached by readcache."""
-    return {
-        "snapshot": stats.snapshot(),
-        "horizon": horizon.horizon(),
-        "last_hour": stats.last_hour(),
-        "dead_tuples": horizon.dead_tuples(),
-        "chart_panels": charts.panels(stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()),
-    }
-
-
-@require_POST
-def _queue_state(request: HttpRequest, model_admin: QueueDashboardAdmin, *, pause: bool) -> HttpResponse:
-    """Pause (optionally until a time) or resume the queue named in the form; services audit it."""
-    if not model_admin.has_pause_permission(request):
-        raise PermissionDenied
-    name = request.POST.get("queue", "")
-    until_text = request.POST.get("until", "").strip()
-    try:
-        if pause:
-            until = rules.aware_time(until_text, field="until") if until_text else None
-            services.pause(name, until=until, by=request.user)
-        else:
-            services.resume(name, by=request.user)
-    except InvalidJob as exc:
-        model_admin.message_user(request, str(exc), messages.ERROR)
-    else:
-        done = "paused" + (f" until {until_text}" if until_text else " until resumed") if pause else "resumed"
-        model_admin.message_user(request, f"Queue {name} {done}.", messages.SUCCESS)
-    return HttpResponseRedirect(reverse("admin:reliableq_queuedashboard_changelist"))
