@@ -53,10 +53,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
-from bench import proccpu  # noqa: E402
+from bench import pgbouncer, proccpu  # noqa: E402
 from reliableq.models import Job  # noqa: E402
 from reliableq.queue import db as queue_db  # noqa: E402
-from testproject import accounts, dburl, pgbouncer, processes  # noqa: E402
+from testproject import accounts, dburl, processes  # noqa: E402
 
 KIND = "demo.noop"
 BENCH_KEY = secrets.token_hex(20)  # opens testproject's /bench/* views on this run's servers only

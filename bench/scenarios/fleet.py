@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from testproject.serverconns import ServerConnections
+from bench.serverconns import ServerConnections
 
 from .. import statements
 from ..core import Procs, wait_for

@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
+from bench.serverconns import ServerConnections
 from testproject import dburl
-from testproject.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
-from testproject.serverconns import ServerConnections
 
 from ..core import ratio
 from .context import Bench

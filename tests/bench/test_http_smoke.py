@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import pgbouncer
 from reliableq.models import Job
-from testproject import pgbouncer, processes
+from testproject import processes
 from tests.support import queue_database_env
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]

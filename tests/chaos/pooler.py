@@ -1,14 +1,14 @@
 """The chaos run behind PgBouncer: what PostgreSQL counts of the pooler's and the listeners' connections.
 
-PgBouncer logs in as a role of its own (testproject.pgbouncer.SERVER_ROLE), so the server itself
+PgBouncer logs in as a role of its own (bench.pgbouncer.SERVER_ROLE), so the server itself
 says how many connections the pooler holds. The workers' LISTEN connections go direct, as the
 postgres role, under application names ending in LISTEN_SUFFIX.
 """
 
 from __future__ import annotations
 
-from testproject.pgbouncer import SERVER_ROLE
-from testproject.serverconns import ServerConnections
+from bench.pgbouncer import SERVER_ROLE
+from bench.serverconns import ServerConnections
 
 LISTEN_SUFFIX = "-listen"
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import psycopg
 
+from bench.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
+from bench.serverconns import ServerConnections
 from testproject import dburl, embedded, processes
-from testproject.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
-from testproject.serverconns import ServerConnections
 
 from . import pooler
 from .invariants import Report, check

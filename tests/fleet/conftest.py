@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from testproject import pgbouncer
+from bench import pgbouncer
 
 
 @pytest.fixture

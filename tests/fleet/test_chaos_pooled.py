@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testproject import pgbouncer
+from bench import pgbouncer
 from tests.chaos.runner import POOLED, ChaosRun, reproduce_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]

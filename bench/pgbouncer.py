@@ -19,12 +19,12 @@ from typing import Any
 
 import psycopg
 
-from . import dburl
-from .processes import free_port
+from testproject import dburl
+from testproject.processes import free_port
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 # The login role PgBouncer's server connections use when started with server_user=SERVER_ROLE: the
-# server can then count them (testproject.serverconns) apart from every direct connection.
+# server can then count them (bench.serverconns) apart from every direct connection.
 SERVER_ROLE = "rq_pooler"
 
 

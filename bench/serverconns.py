@@ -1,7 +1,7 @@
 """Count client connections on the PostgreSQL server itself (pg_stat_activity) and keep the peaks.
 
 The chaos suite and the benchmarks use it to state what a fleet really holds: the pooler's
-server connections (by PgBouncer's own login role, testproject.pgbouncer.SERVER_ROLE), a fleet's
+server connections (by PgBouncer's own login role, bench.pgbouncer.SERVER_ROLE), a fleet's
 direct connections (by application name), the direct LISTEN connections. Counted by PostgreSQL,
 not by what a client or the pooler believes it holds.
 """
