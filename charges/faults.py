@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 from reliableq.conf import reliableq_settings
 
@@ -18,7 +18,7 @@ def current() -> ServiceFault | None:
     """The knob's settings, or None when fault injection is off (the default)."""
     if not reliableq_settings.FAULT_INJECTION:
         return None
-    return ServiceFault.objects.filter(pk=1).first()
+    return cast("ServiceFault | None", ServiceFault.objects.filter(pk=1).first())
 
 
 def roll(rate: float) -> bool:

@@ -161,7 +161,7 @@ def post_charge(job: ClaimedJob, *, base_url: str, token: str, timeout: float) -
 
 
 def _read(response: Any) -> str:
-    return response.read(MAX_ANSWER_BYTES).decode(errors="replace")
+    return str(response.read(MAX_ANSWER_BYTES).decode(errors="replace"))
 
 
 def _location(url: str, headers: Message | None) -> str | None:

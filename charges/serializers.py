@@ -11,7 +11,7 @@ CURRENCY = re.compile(r"\A[A-Za-z]{3}\Z")  # \Z: "$" would take "EUR\n"
 MAX_AMOUNT = 10**12  # minor units; BIGINT holds far more, but no sane charge is larger
 
 
-class ChargeRequestSerializer(serializers.Serializer):
+class ChargeRequestSerializer(serializers.Serializer[Any]):
     amount = serializers.IntegerField(min_value=1, max_value=MAX_AMOUNT)
     currency = serializers.RegexField(CURRENCY, error_messages={"invalid": "A three-letter ISO 4217 code, like EUR."})
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
@@ -29,7 +29,7 @@ class ChargeRequestSerializer(serializers.Serializer):
         return int(value)
 
 
-class ChargeSerializer(serializers.ModelSerializer):
+class ChargeSerializer(serializers.ModelSerializer[Any]):
     class Meta:
         model = Charge
         fields = ["id", "idempotency_key", "amount", "currency", "description", "request_fingerprint", "created_at"]

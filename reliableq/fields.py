@@ -12,21 +12,21 @@ from typing import Any
 from django.db import models
 
 
-class BigIntegerArrayField(models.Field):
+class BigIntegerArrayField(models.Field[Any, Any]):
     description = "An array of bigint"
 
     def db_type(self, connection: Any) -> str:
         return "bigint[]"
 
 
-class IntegerArrayField(models.Field):
+class IntegerArrayField(models.Field[Any, Any]):
     description = "An array of integer"
 
     def db_type(self, connection: Any) -> str:
         return "integer[]"
 
 
-class UUIDArrayField(models.Field):
+class UUIDArrayField(models.Field[Any, Any]):
     description = "An array of uuid"
 
     def db_type(self, connection: Any) -> str:

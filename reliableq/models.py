@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import models
 from django.db.models import Q
@@ -54,22 +54,24 @@ class QueueManager(models.Manager[_M]):
 
 class JobQuerySet(models.QuerySet["Job"]):
     def in_queues(self, queues: list[str] | tuple[str, ...]) -> JobQuerySet:
-        return self.filter(queue__in=list(queues))
+        return cast(JobQuerySet, self.filter(queue__in=list(queues)))
 
     def due(self) -> JobQuerySet:
         """PENDING jobs whose run_at has come, by database time."""
-        return self.filter(status=JobStatus.PENDING, run_at__lte=Now())
+        return cast(JobQuerySet, self.filter(status=JobStatus.PENDING, run_at__lte=Now()))
 
     def expired(self) -> JobQuerySet:
         """RUNNING jobs whose owner stopped renewing the lease."""
-        return self.filter(status=JobStatus.RUNNING, lease_expires_at__lte=Now())
+        return cast(JobQuerySet, self.filter(status=JobStatus.RUNNING, lease_expires_at__lte=Now()))
 
     def unsettled(self) -> JobQuerySet:
         """Jobs a worker still has to act on: due PENDING ones and every RUNNING one."""
-        return self.filter(Q(status=JobStatus.PENDING, run_at__lte=Now()) | Q(status=JobStatus.RUNNING))
+        return cast(
+            JobQuerySet, self.filter(Q(status=JobStatus.PENDING, run_at__lte=Now()) | Q(status=JobStatus.RUNNING))
+        )
 
     def finished(self) -> JobQuerySet:
-        return self.filter(status__in=FINISHED)
+        return cast(JobQuerySet, self.filter(status__in=FINISHED))
 
 
 class Job(models.Model):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -36,7 +36,7 @@ def read(name: str, compute: Callable[[], T]) -> T:
     with lock:
         found = _answers.get(name)
         if found is not None and time.monotonic() - found[0] < seconds:
-            return found[1]
+            return cast(T, found[1])
         value = compute()
         _answers[name] = (time.monotonic(), value)
         return value

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cron import next_slot
-from .errors import NotSubmittable, UnknownKind
+from .errors import NotSubmittable as NotSubmittable  # re-exported: callers catch registry.NotSubmittable
+from .errors import UnknownKind as UnknownKind
 
 HandlerFunc = Callable[[Any], Any]
 _RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}

@@ -139,7 +139,7 @@ def submit(
         "queue": queue,
         "priority": priority,
         "payload": json.loads(encoded),
-        "status": JobStatus.PENDING.value,
+        "status": str(JobStatus.PENDING),
         "attempts": 0,
         "max_attempts": budget,
         "run_at": stored_run_at,
@@ -195,13 +195,14 @@ def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | Non
     """The job that holds one of these keys now: the dedupe key's (forever), else the unique key's
     active one (None if it has finished since the conflict)."""
     if dedupe_key is not None:
-        found = Job.objects.filter(dedupe_scope=scope, dedupe_key=dedupe_key).first()
+        found: Job | None = Job.objects.filter(dedupe_scope=scope, dedupe_key=dedupe_key).first()
         if found is not None:
             return found
     if unique_key is not None:
-        return Job.objects.filter(
+        active: Job | None = Job.objects.filter(
             kind=kind, dedupe_scope=scope, unique_key=unique_key, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
         ).first()
+        return active
     return None
 
 
@@ -379,7 +380,7 @@ def _insert_many(
             "id": job_id, "kind": kind, "queue": queue, "priority": priority,
             # What a read of the row would give: the checked payload is plain JSON already.
             "payload": new.payload if new.encoded is not None else json.loads(encoded),
-            "status": JobStatus.PENDING.value, "attempts": 0, "max_attempts": budget,
+            "status": str(JobStatus.PENDING), "attempts": 0, "max_attempts": budget,
             "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
             "last_error": "", "dedupe_key": key if index == 0 else None,
             "dedupe_scope": scope, "submitted_by": submitter,
@@ -434,7 +435,7 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     same transaction, whichever way in (admin or API) it came.
     """
     with db.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
+        job: Job = Job.objects.select_for_update().get(pk=job_id)
         if job.status != JobStatus.DEAD:
             raise WrongStatus(job, JobStatus.DEAD)
         budget = _budget_for(job.kind, job.max_attempts)
@@ -454,7 +455,7 @@ def _budget_for(kind: str, fallback: int) -> int:
     try:
         return default_max_attempts(kind)
     except registry.UnknownKind:
-        return max(1, min(fallback, reliableq_settings.MAX_ATTEMPTS))
+        return max(1, min(fallback, int(reliableq_settings.MAX_ATTEMPTS)))
 
 
 def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
@@ -467,7 +468,7 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     job finished (WrongStatus), or the finish finds the request. Audited when `by` is given.
     """
     with db.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
+        job: Job = Job.objects.select_for_update().get(pk=job_id)
         if job.status == JobStatus.RUNNING:
             if job.cancel_requested_at is not None:
                 return job  # asked already: one request, one audit entry
@@ -495,6 +496,7 @@ def pause(queue: str, *, until: dt.datetime | None = None, by: Any = None) -> Qu
     if until is not None:
         rules.run_at(until, field="until")
     with db.atomic():
+        state: QueueState
         state, _ = QueueState.objects.select_for_update().get_or_create(name=queue)
         QueueState.objects.filter(name=queue).update(
             paused_at=Now(), paused_until=until, paused_by="" if by is None else by.get_username()

@@ -4,7 +4,7 @@ read-only base."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.core.exceptions import BadRequest
@@ -75,10 +75,10 @@ class RefusesNul:
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if any("\x00" in key or any("\x00" in v for v in values) for key, values in request.GET.lists()):
             raise BadRequest("The query string cannot contain NUL characters.")
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return cast(HttpResponse, super().changelist_view(request, extra_context))  # type: ignore[misc]
 
 
-class ReadOnlyAdmin(RefusesNul, admin.ModelAdmin):
+class ReadOnlyAdmin(RefusesNul, admin.ModelAdmin):  # type: ignore[type-arg]  # one base for several models
     """A list and pages to read, nothing to add, change or delete: jobs change only through the
     services (replay, cancel), workers and charges only through their own code."""
 

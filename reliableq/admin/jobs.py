@@ -6,7 +6,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -36,7 +36,7 @@ SHORT_ID_SCAN = 100_000
 SHORT_ID = re.compile(r"[0-9a-fA-F]{4,12}")
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
     model = Attempt
     extra = 0
     can_delete = False
@@ -50,7 +50,7 @@ class AttemptInline(admin.TabularInline):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Attempt]:
         # The previous attempt's end, beside each attempt: the backoff it waited, without a query per row.
         previous_end = Window(Lag("finished_at"), partition_by=[F("job_id")], order_by=F("number").asc())
-        return super().get_queryset(request).annotate(previous_finished_at=previous_end)
+        return cast("QuerySet[Attempt]", super().get_queryset(request).annotate(previous_finished_at=previous_end))
 
     @admin.display(description="lease token")
     def token(self, attempt: Attempt) -> str:
@@ -198,7 +198,7 @@ class JobAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         # No page shows a whole payload but the job's own, which reads it itself (payload_pretty).
-        return super().get_queryset(request).defer("payload")
+        return cast("QuerySet[Job]", super().get_queryset(request).defer("payload"))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         # The list needs the width at 1,280 px: the app sidebar (300 px) is one click away on every other page.

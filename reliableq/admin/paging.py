@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 CAP = 10_000
 
 
-class CappedCountPaginator(Paginator):
+class CappedCountPaginator(Paginator[Any]):
     """`count` runs SELECT count(*) FROM (... LIMIT CAP+1): bounded work on any table size.
 
     Past the cap the admin shows CAP+1 results (and the pages up to there); the filters
@@ -21,7 +21,7 @@ class CappedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         queryset = cast("QuerySet[Any]", self.object_list)  # the admin pages querysets
-        return queryset.order_by()[: CAP + 1].count()
+        return int(queryset.order_by()[: CAP + 1].count())
 
     @property
     def capped(self) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -35,7 +35,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         return self.has_view_permission(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
-        return workers.with_state().order_by(*self.ordering)
+        return cast("QuerySet[Worker]", workers.with_state().order_by(*self.ordering))
 
     @admin.display(description="state")
     def state(self, worker: Any) -> str:

@@ -30,7 +30,7 @@ from rest_framework.authtoken.models import Token
 
 from . import permissions, tokenfunction
 
-MAX_KEY_CHARS = Token._meta.get_field("key").max_length or 40
+MAX_KEY_CHARS = getattr(Token._meta.get_field("key"), "max_length", None) or 40
 # Per connection (thread-local in Django): per user model, the converters of the columns that have any.
 _CONVERTERS: weakref.WeakKeyDictionary[Any, dict[Any, list[tuple[int, Any, list[Callable[..., Any]]]]]] = (
     weakref.WeakKeyDictionary()

@@ -497,7 +497,7 @@ class SchemaView(BaseAPIView):
     """The schema itself needs no login: clients and fuzzers read it first."""
 
     permission_classes = [AllowAny]
-    authentication_classes: list = []
+    authentication_classes: list[Any] = []
 
     def get(self, request: Request) -> Response:
         return Response(document())

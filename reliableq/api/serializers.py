@@ -10,7 +10,7 @@ from .. import rules
 from ..models import JobStatus
 
 
-class FilterSerializer(serializers.Serializer):
+class FilterSerializer(serializers.Serializer[Any]):
     """The list's query parameters; any other parameter is a 400, never silently ignored."""
 
     status = serializers.ChoiceField(choices=JobStatus.values, required=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.db import DatabaseError
@@ -33,7 +33,9 @@ from .throttles import ReadThrottle, SubmitThrottle
 
 def _job_or_404(job_id: str) -> Job:
     try:
-        return Job.objects.select_related("return_value").prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
+        return cast(
+            Job, Job.objects.select_related("return_value").prefetch_related("attempt_set").get(pk=uuid.UUID(job_id))
+        )
     except (ValueError, Job.DoesNotExist):
         raise exceptions.NotFound(f"No job {job_id}.") from None
 
@@ -118,7 +120,7 @@ class JobListView(BaseAPIView):
             if name in filters.validated_data:
                 jobs = jobs.filter(**{name: filters.validated_data[name]})
         paginator = JobPagination()
-        page = paginator.paginate_queryset(jobs, request, view=self)
+        page: list[Job] | None = paginator.paginate_queryset(jobs, request, view=self)
         tracebacks = _reads_tracebacks(request)
         return paginator.get_paginated_response(
             [documents.job(j, j.attempt_set.all(), tracebacks=tracebacks) for j in page or []]
@@ -391,7 +393,7 @@ class ReadyView(BaseAPIView):
     Open to anonymous callers, like the schema: it says nothing but ready or not.
     """
 
-    authentication_classes: list = []
+    authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 
     def get(self, request: Request) -> Response:

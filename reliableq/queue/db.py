@@ -8,7 +8,7 @@ The alias is read on each call, so override_settings takes effect at once.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -39,7 +39,7 @@ def cursor() -> CursorWrapper:
     conn.close_if_health_check_failed()
     conn.ensure_connection()
     with conn.wrap_database_errors:
-        return conn._prepare_cursor(binding(conn.connection))  # type: ignore[attr-defined]
+        return cast(CursorWrapper, conn._prepare_cursor(binding(conn.connection)))  # type: ignore[attr-defined]
 
 
 @functools.cache

@@ -47,4 +47,4 @@ def resign(name: str, *, token: uuid.UUID) -> bool:
     """Give the duty up at once (a worker shutting down), if it is still held under `token`."""
     with db.cursor() as cursor:
         cursor.execute(f"DELETE FROM {LEADER} WHERE name = %s AND token = %s", [name, token])
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)

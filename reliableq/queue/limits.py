@@ -49,7 +49,7 @@ def take_rated(
 
 def rate_bucket(rate: Rate, moment: Any) -> int:
     """The number of the bucket (a twentieth of the rate's window, from the epoch) that holds `moment`."""
-    return math.floor(moment.timestamp() * RATE_BUCKETS / rate.seconds)
+    return int(math.floor(moment.timestamp() * RATE_BUCKETS / rate.seconds))
 
 
 def shard_room(rate: Rate, shard: int, shards: int, buckets: list[int], counts: list[int], now: Any) -> int:
@@ -232,4 +232,4 @@ def _room_for(kind: str, cap: int) -> int:
             [kind],
         )
         running = cursor.fetchone()[0]
-    return cap - running
+    return int(cap - running)

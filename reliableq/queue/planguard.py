@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError
 
@@ -52,7 +52,7 @@ def plan_of(sql: str, params: Any) -> dict[str, Any]:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         document = cursor.fetchone()[0]
     document = json.loads(document) if isinstance(document, str) else document
-    return document[0]["Plan"]
+    return cast(dict[str, Any], document[0]["Plan"])
 
 
 def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:

@@ -109,7 +109,7 @@ def delete_batches(
                     """,
                     params,
                 )
-                deleted = cursor.rowcount
+                deleted = int(cursor.rowcount)
         total += deleted
         batches += 1
         if progress is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import cast
 
 from .. import registry, services
 from ..conf import reliableq_settings
@@ -27,7 +28,7 @@ def slot_key(kind: str, slot: dt.datetime) -> str:
 def database_now() -> dt.datetime:
     with db.cursor() as cursor:
         cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
+        return cast(dt.datetime, cursor.fetchone()[0])
 
 
 def schedule_next(now: dt.datetime | None = None) -> list[Job]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
@@ -58,7 +58,7 @@ def compile_sql(queryset: Any) -> tuple[str, tuple[Any, ...]]:
 
 def json_value(value: Any) -> dict[str, Any]:
     # Django registers a text loader for jsonb on psycopg 3, so raw cursors see strings.
-    return json.loads(value) if isinstance(value, str) else value
+    return cast(dict[str, Any], json.loads(value) if isinstance(value, str) else value)
 
 
 def filter_only(condition: str, params: Sequence[Any]) -> RawSQL:

@@ -90,4 +90,4 @@ def unserved(summaries: Sequence[QueueSummary]) -> set[str]:
 def prune() -> int:
     """Delete the rows of workers gone (not seen) for GONE_DAYS."""
     deleted, _ = Worker.objects.filter(last_seen_at__lt=Now() - dt.timedelta(days=GONE_DAYS)).delete()
-    return deleted
+    return int(deleted)

@@ -14,7 +14,9 @@ from ..conf import reliableq_settings
 from ..errors import Cancelled, PermanentError, Snooze
 from ..models import JobStatus, Outcome
 from ..queue import ClaimedJob, Finish
-from ..sanitize import clean, describe, traceback_of
+from ..sanitize import clean
+from ..sanitize import describe as describe  # re-exported for the child process
+from ..sanitize import traceback_of as traceback_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
