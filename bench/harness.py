@@ -343,7 +343,7 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
                 spread=_ratio_spread(runs[key], runs["none"]),
             )
     if "recovery" in r:
-        met, worst = r["recovery"]
+        _met, worst = r["recovery"]
         excess = max(worst[lease] - lease for lease in worst)
         add("recovery after SIGKILL: worst (recovery - lease)", excess, 1.0, "s", higher=False)
     if "amplification" in r:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 COLORS = {"reliableq": "#1f77b4", "procrastinate": "#ff7f0e", "tasksdb": "#2ca02c", "ceiling": "#7f7f7f"}
 NAMES = {"reliableq": "ReliableQ", "procrastinate": "procrastinate", "tasksdb": "django-tasks-db"}

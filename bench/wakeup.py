@@ -19,7 +19,7 @@ import uuid
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -154,7 +153,7 @@ def post_charge(job: ClaimedJob, *, base_url: str, token: str, timeout: float) -
         if 300 <= exc.code < 400:
             location = getattr(exc, "location", None) or _location(request.full_url, exc.headers)
         return Answer(exc.code, text, location)
-    except (urllib.error.URLError, http.client.HTTPException, socket.timeout, OSError) as exc:
+    except (TimeoutError, urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         # Maybe it committed, maybe not: retry with the same key and let the service decide.
         reason = getattr(exc, "reason", exc)
         raise reliableq.TransientError(f"no answer from the charge service: {reason}") from None

@@ -62,10 +62,10 @@ class ChargeListView(BaseAPIView):
             result = services.create_charge(idempotency_key=key, **body.validated_data)
         except services.KeyReused as exc:
             raise Conflict(str(exc)) from None
-        if knob is not None and faults.roll(knob.no_answer_rate):
-            # The ambiguous case: the charge is committed, the caller hears nothing.
-            if faults.drop_connection(request._request):
-                ChargeRequest.objects.filter(pk=received.pk).update(fault="no_answer")
+        # The ambiguous case: the charge is committed, the caller hears nothing.
+        dropped = knob is not None and faults.roll(knob.no_answer_rate) and faults.drop_connection(request._request)
+        if dropped:
+            ChargeRequest.objects.filter(pk=received.pk).update(fault="no_answer")
         data = ChargeSerializer(result.charge).data
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(data, status=code, headers={"Location": f"/v1/charges/{result.charge.id}"})

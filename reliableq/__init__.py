@@ -26,18 +26,18 @@ if TYPE_CHECKING:
     from .options import EnqueueOptions, ManyOptions
 
 __all__ = [
-    "JobOptions",
-    "handler",
-    "enqueue",
-    "enqueue_on_commit",
-    "enqueue_many",
-    "ReliableQError",
-    "PermanentError",
-    "TransientError",
-    "Snooze",
     "Cancelled",
-    "UnknownKind",
     "InvalidJob",
+    "JobOptions",
+    "PermanentError",
+    "ReliableQError",
+    "Snooze",
+    "TransientError",
+    "UnknownKind",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_on_commit",
+    "handler",
 ]
 
 

@@ -90,7 +90,7 @@ class Job(models.Model):
     last_error = models.TextField(blank=True, default="")
     # Unique within its scope: "" for Python callers (and cron), "user:<pk>" for an HTTP submitter,
     # so one user's Idempotency-Key never meets another user's or an internal key.
-    dedupe_key = models.CharField(max_length=255, null=True, blank=True)
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key (never equal in unique constraints)
     dedupe_scope = models.CharField(max_length=80, blank=True, default="", db_default="", editable=False)
     # Who submitted the job over HTTP: the user name at the time ("" when code enqueued it). A
     # record, not a foreign key: it outlives the account, and the queue may live in a database of
@@ -98,9 +98,9 @@ class Job(models.Model):
     submitted_by = models.CharField(max_length=150, blank=True, default="", db_default="", editable=False)
     # Flow control. With the handler's max_running_per_key, at most that many jobs of the kind and
     # this key are RUNNING at once, fleet-wide (decided in the claim transaction).
-    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key (never equal in unique constraints)
     # At most one PENDING or RUNNING job per (kind, scope, unique_key); a new one after it finishes.
-    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key (never equal in unique constraints)
     # How often the handler said "come back later" (Snooze); each one gave its attempt back.
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
     # When an operator asked to stop this RUNNING job; its worker learns of it at the next renewal.

@@ -180,9 +180,9 @@ def unserializable_path(value: Any, root: str = "payload") -> str | None:
             stack.extend(reversed(children))
         elif isinstance(item, list | tuple):
             stack.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(item)]))
-        elif isinstance(item, float) and not math.isfinite(item):
-            return path
-        elif not (item is None or isinstance(item, str | int | float | bool)):
+        elif (isinstance(item, float) and not math.isfinite(item)) or not (
+            item is None or isinstance(item, str | int | float | bool)
+        ):
             return path
     return None
 

@@ -12,7 +12,7 @@ try:
 except ImportError:  # Django 5.2: pip install django-tasks
     from django_tasks import task_backends  # type: ignore[assignment, no-redef, unused-ignore]
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment, no-redef, unused-ignore]
-    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus  # type: ignore[assignment, no-redef, unused-ignore]  # noqa: E501
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus  # type: ignore[assignment, no-redef, unused-ignore]
     from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment, no-redef, unused-ignore]
     from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[assignment, no-redef, unused-ignore]
     from django_tasks.utils import normalize_json  # type: ignore[assignment, no-redef, unused-ignore]

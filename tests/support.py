@@ -51,7 +51,7 @@ class WorkerProcess:
 
     def wait_for_output(self, text: str, *, timeout: float = 30.0) -> None:
         wait_until(
-            lambda: text in self.output() or self.proc.poll() is not None and text in self.output(),
+            lambda: text in self.output() or (self.proc.poll() is not None and text in self.output()),
             timeout=timeout,
             what=f"{text!r} in the log of worker {self.pid}:\n{self.output()[-3000:]}",
         )

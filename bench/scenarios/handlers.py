@@ -54,7 +54,7 @@ def handlers(bench: Bench, s: Section) -> None:
                 [f"{isolated_c} threads", plain.text(), "100%"],
                 [f'isolation="process", {isolated_c} children', isolated.text(), _of(isolated, plain.median)],
             ],
-        )  # fmt: skip
+        )
     )
     s.notes.append(
         f"Process isolation costs each slot about {extra_us:,.0f} µs per attempt more than a thread "

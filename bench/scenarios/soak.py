@@ -144,7 +144,7 @@ def soak(bench: Bench, s: Section) -> None:
                     f"{max(sizes[:half] or [0]):.1f} / {max(sizes[half:] or [0]):.1f}",
                 ]
             ],
-        )  # fmt: skip
+        )
     )
     step = max(1, round(60 / p.soak_sample)) if p.soak_seconds >= 600 else 1
     s.notes.append(
@@ -161,7 +161,7 @@ def soak(bench: Bench, s: Section) -> None:
                 ]
                 for r in rows[step - 1 :: step]
             ],
-        )  # fmt: skip
+        )
     )
     if parts is not None:
         jobs = rows[-1]["rate"] * rows[-1]["seconds"]

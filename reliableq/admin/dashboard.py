@@ -37,7 +37,8 @@ class QueueDashboardAdmin(ReadOnlyAdmin):
         return [
             path("pause/", self.admin_site.admin_view(self.pause_view), name="reliableq_queue_pause"),
             path("resume/", self.admin_site.admin_view(self.resume_view), name="reliableq_queue_resume"),
-        ] + super().get_urls()
+            *super().get_urls(),
+        ]
 
     def pause_view(self, request: HttpRequest) -> HttpResponse:
         return _queue_state(request, self, pause=True)

@@ -419,7 +419,8 @@ class JobAdmin(ReadOnlyAdmin):
         return [
             path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one), name="reliableq_job_replay"),
             path("<path:object_id>/cancel/", self.admin_site.admin_view(self.cancel_one), name="reliableq_job_cancel"),
-        ] + super().get_urls()
+            *super().get_urls(),
+        ]
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None

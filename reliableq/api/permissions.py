@@ -105,7 +105,7 @@ def _fetch(user: Any) -> frozenset[str]:
         return frozenset(cursor.fetchone()[0]).intersection(CHECKED)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def requires(perm: str) -> type[BasePermission]:
     """A DRF permission class: the user holds `perm` ("app_label.codename").
 

@@ -130,9 +130,8 @@ def same(job: Job, sub: Submission) -> bool:
         return True
     if o.max_attempts is not None and o.max_attempts != job.max_attempts:
         return False
-    if o.run_at is not None and max(o.run_at, job.created_at) != job.run_at:
-        return False  # (a run_at in the past was stored as the INSERT's now(), the job's created_at)
-    return True
+    # A run_at in the past was stored as the INSERT's now(), the job's created_at.
+    return o.run_at is None or max(o.run_at, job.created_at) == job.run_at
 
 
 def _kind(data: dict[str, Any]) -> str:

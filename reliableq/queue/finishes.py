@@ -104,10 +104,9 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
     per process, so every such row is ours; requeue it now instead of waiting for its lease.
     Attempts stay counted: the claim happened.
     """
-    with db.atomic():
-        with db.cursor() as cursor:
-            cursor.execute(
-                f"""
+    with db.atomic(), db.cursor() as cursor:
+        cursor.execute(
+            f"""
                 WITH orphans AS MATERIALIZED (
                     SELECT id, lease_token FROM {JOB}
                      WHERE status = {S.RUNNING} AND worker_id = %s AND NOT (lease_token = ANY(%s::uuid[]))
@@ -133,9 +132,9 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
                 ){transitions.after("moved", transitions.ENDED)}
                 SELECT id FROM moved
                 """,
-                (worker_id, [str(t) for t in known]),
-            )
-            return [row[0] for row in cursor.fetchall()]
+            (worker_id, [str(t) for t in known]),
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _store_returns(finishes: Sequence[Finish]) -> None:

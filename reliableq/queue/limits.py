@@ -49,7 +49,8 @@ def take_rated(
 
 def rate_bucket(rate: Rate, moment: Any) -> int:
     """The number of the bucket (a twentieth of the rate's window, from the epoch) that holds `moment`."""
-    return int(math.floor(moment.timestamp() * RATE_BUCKETS / rate.seconds))
+    bucket: int = math.floor(moment.timestamp() * RATE_BUCKETS / rate.seconds)
+    return bucket
 
 
 def shard_room(rate: Rate, shard: int, shards: int, buckets: list[int], counts: list[int], now: Any) -> int:

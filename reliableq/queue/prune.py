@@ -81,15 +81,14 @@ def delete_batches(
     total = 0
     batches = 0
     while True:
-        with db.atomic():
-            with db.cursor() as cursor:
-                # Attempts first, so one batch is one pass over each table, not a cascade per row;
-                # every delete by key, never by a join to the batch (see the note in reliableq.queue). Each
-                # job's attempts are read as one range of the (job_id, number) index: the whole range
-                # of `number`, so every attempt, but written as a range so that even with no
-                # statistics the planner expects a handful of rows per job, not a scan's worth.
-                cursor.execute(
-                    f"""
+        with db.atomic(), db.cursor() as cursor:
+            # Attempts first, so one batch is one pass over each table, not a cascade per row;
+            # every delete by key, never by a join to the batch (see the note in reliableq.queue). Each
+            # job's attempts are read as one range of the (job_id, number) index: the whole range
+            # of `number`, so every attempt, but written as a range so that even with no
+            # statistics the planner expects a handful of rows per job, not a scan's worth.
+            cursor.execute(
+                f"""
                     WITH batch AS MATERIALIZED ({batch_sql}),
                     gone_attempts AS (
                         DELETE FROM {ATTEMPT} a WHERE a.id = ANY(ARRAY(
@@ -107,9 +106,9 @@ def delete_batches(
                     )
                     DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
                     """,
-                    params,
-                )
-                deleted = int(cursor.rowcount)
+                params,
+            )
+            deleted = int(cursor.rowcount)
         total += deleted
         batches += 1
         if progress is not None:

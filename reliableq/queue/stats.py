@@ -201,10 +201,7 @@ def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:
     states = QueueState.objects.all() if only is None else QueueState.objects.filter(name__in=only)
     by_name = {state.name: state for state in states}
     paused = paused_queues()
-    if only is None:
-        listed = sorted(set(queues()) | set(by_name) | set(counts))
-    else:
-        listed = sorted(set(only))
+    listed = sorted(set(queues()) | set(by_name) | set(counts)) if only is None else sorted(set(only))
     summaries = []
     for name in listed:
         pending, running, age = counts.get(name, [0, 0, 0.0])

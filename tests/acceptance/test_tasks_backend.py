@@ -69,7 +69,7 @@ def test_a_failing_task_is_retried_then_reported_failed_with_its_errors(spawn_wo
     assert result.errors[0].exception_class is ValueError
     assert "boom" in result.errors[0].traceback
     with pytest.raises(ValueError, match="Task failed"):
-        result.return_value  # noqa: B018
+        result.return_value
 
 
 def test_a_task_enqueued_in_a_rolled_back_transaction_never_exists():

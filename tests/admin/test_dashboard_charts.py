@@ -167,7 +167,7 @@ def test_chart_queries_on_an_empty_queue_give_an_hour_of_zeros(clock: tuple) -> 
 
 
 def test_dashboard_draws_the_charts_as_svg_with_their_numbers_in_tables(clock: tuple, operator_client: Client) -> None:
-    now, m0 = clock
+    _now, m0 = clock
     for at in (m0 - 3 * MINUTE, m0 - 3 * MINUTE + dt.timedelta(seconds=5)):
         done = job(status=JobStatus.SUCCEEDED, kind="test.sleep", created=at - MINUTE, finished=at, attempts=1)
         attempt(done, 1, started=at - dt.timedelta(seconds=2), seconds=2)

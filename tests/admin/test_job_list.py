@@ -180,7 +180,7 @@ def test_search_by_the_short_id_the_list_shows_finds_that_job(operator_client: C
     job = job_in(JobStatus.DEAD)
     job_in(JobStatus.DEAD)
     short = str(job.pk)[-8:]
-    (row,) = [r for r in job_rows(operator_client.get(LIST)) if text(r["short_id"]) == short]
+    (_row,) = [r for r in job_rows(operator_client.get(LIST)) if text(r["short_id"]) == short]
 
     assert listed_ids(operator_client.get(LIST, {"q": short})) == [str(job.pk)]
     assert listed_ids(operator_client.get(LIST, {"q": short.upper()})) == [str(job.pk)]

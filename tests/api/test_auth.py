@@ -38,7 +38,7 @@ def call(client: APIClient, method: str, path: str):
     return client.get(path)
 
 
-@pytest.mark.parametrize("method,path", ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+@pytest.mark.parametrize(("method", "path"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
 def test_anonymous_caller_gets_401_problem_with_www_authenticate_on_every_route(anon, method, path):
     response = call(anon, method, path)
 

@@ -84,10 +84,10 @@ def test_with_another_authentication_backend_the_check_defers_to_has_perm(settin
 class EveryoneMaySubmit:
     """A backend like an LDAP or rules backend: it grants what the database does not record."""
 
-    def authenticate(self, request, **credentials):  # noqa: ANN001, ANN201
+    def authenticate(self, request, **credentials):
         return None
 
-    def has_perm(self, user_obj, perm, obj=None):  # noqa: ANN001, ANN201
+    def has_perm(self, user_obj, perm, obj=None):
         return perm == "reliableq.submit_job"
 
 

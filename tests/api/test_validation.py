@@ -49,7 +49,7 @@ def test_unknown_kind_is_400_naming_only_the_kind_asked_for(api):
 
 
 @pytest.mark.parametrize(
-    "body,fields",
+    ("body", "fields"),
     [
         ({"payload": {}}, {"kind"}),
         ({"kind": "demo.noop"}, {"payload"}),
@@ -82,7 +82,7 @@ def test_payload_that_is_not_an_object_is_400_naming_payload(api, payload):
 )
 def test_payload_that_postgresql_cannot_store_is_400_not_503(api, raw):
     """Valid JSON that jsonb refuses: answered as a bad payload, not as "unavailable, try again"."""
-    invalid(post_raw(api, '{"kind": "demo.noop", "payload": %s}' % raw), "payload")
+    invalid(post_raw(api, f'{{"kind": "demo.noop", "payload": {raw}}}'), "payload")
 
 
 def test_unknown_field_named_with_a_lone_surrogate_is_400_not_500(api):
@@ -181,7 +181,7 @@ def test_max_attempts_out_of_range_or_not_an_integer_is_400(api, value):
     invalid(api.post("/v1/jobs", {**GOOD, "max_attempts": value}, format="json"), "max_attempts")
 
 
-@pytest.mark.parametrize("priority,max_attempts", [(0, 1), (1000, 100), (0, None)])
+@pytest.mark.parametrize(("priority", "max_attempts"), [(0, 1), (1000, 100), (0, None)])
 def test_priority_and_max_attempts_at_their_bounds_are_accepted(api, priority, max_attempts):
     response = api.post("/v1/jobs", {**GOOD, "priority": priority, "max_attempts": max_attempts}, format="json")
     assert response.status_code == 202, response.content
@@ -228,7 +228,7 @@ def crafted_cursor(raw: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "params,field",
+    ("params", "field"),
     [
         ({"status": "NOPE"}, "status"),
         ({"status": "pending"}, "status"),
@@ -264,7 +264,7 @@ BAD_IDS = ["nope", "1234", "00000000-0000-0000-0000-00000000000g", "000000000000
 
 @pytest.mark.parametrize("bad_id", BAD_IDS)
 @pytest.mark.parametrize(
-    "method,template",
+    ("method", "template"),
     [
         ("get", "/v1/jobs/{}"),
         ("post", "/v1/jobs/{}/replay"),

@@ -85,7 +85,7 @@ def serve() -> Iterator[Callable[[Callable[[Seen], Answer]], Server]]:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _any
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

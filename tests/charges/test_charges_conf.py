@@ -21,13 +21,13 @@ def test_contract_keys_have_the_documented_defaults() -> None:
 def test_missing_keys_fall_back_to_the_defaults() -> None:
     with override_settings(CHARGES={"SERVICE_TOKEN": "abc"}):
         assert charges_settings.SERVICE_TOKEN == "abc"
-        assert charges_settings.SERVICE_URL == DEFAULTS["SERVICE_URL"]
+        assert DEFAULTS["SERVICE_URL"] == charges_settings.SERVICE_URL
     for empty in ({}, None):
         with override_settings(CHARGES=empty):
-            assert (charges_settings.SERVICE_URL, charges_settings.SERVICE_TOKEN) == (
+            assert (
                 DEFAULTS["SERVICE_URL"],
                 DEFAULTS["SERVICE_TOKEN"],
-            )
+            ) == (charges_settings.SERVICE_URL, charges_settings.SERVICE_TOKEN)
 
 
 def test_override_settings_reloads_the_values() -> None:
@@ -37,14 +37,16 @@ def test_override_settings_reloads_the_values() -> None:
         with override_settings(CHARGES={"SERVICE_URL": "https://charges.example"}):
             assert charges_settings.SERVICE_URL == "https://charges.example"
         assert charges_settings.SERVICE_URL == "http://127.0.0.1:9001"
-    assert charges_settings.SERVICE_URL == original
+    assert original == charges_settings.SERVICE_URL
 
 
 def test_an_unknown_key_is_refused_with_a_clear_message_and_the_known_keys() -> None:
     # The old RELIABLEQ spelling, pasted into CHARGES, is the likely typo.
-    with override_settings(CHARGES={"SERVICE_URL": "http://x", "CHARGE_SERVICE_TOKEN": "t", "BOGUS": 1}):
-        with pytest.raises(ImproperlyConfigured) as raised:
-            charges_settings.SERVICE_URL
+    with (
+        override_settings(CHARGES={"SERVICE_URL": "http://x", "CHARGE_SERVICE_TOKEN": "t", "BOGUS": 1}),
+        pytest.raises(ImproperlyConfigured) as raised,
+    ):
+        charges_settings.SERVICE_URL
     message = str(raised.value)
     assert "Unknown CHARGES setting(s): BOGUS, CHARGE_SERVICE_TOKEN." in message
     assert "SERVICE_URL" in message and "SERVICE_TOKEN" in message
@@ -52,9 +54,11 @@ def test_an_unknown_key_is_refused_with_a_clear_message_and_the_known_keys() -> 
 
 
 def test_settings_that_are_not_a_dict_are_refused() -> None:
-    with override_settings(CHARGES=["SERVICE_URL"]):
-        with pytest.raises(ImproperlyConfigured, match="CHARGES must be a dict"):
-            charges_settings.SERVICE_URL
+    with (
+        override_settings(CHARGES=["SERVICE_URL"]),
+        pytest.raises(ImproperlyConfigured, match="CHARGES must be a dict"),
+    ):
+        charges_settings.SERVICE_URL
 
 
 def test_an_unknown_attribute_is_an_attribute_error() -> None:

@@ -87,7 +87,7 @@ def test_sixteen_threads_with_one_key_make_one_charge_and_all_get_its_id():
             result = create_charge(idempotency_key=k, amount=700, currency="EUR")
             with lock:
                 results.append(result)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             with lock:
                 errors.append(exc)
         finally:

@@ -166,12 +166,11 @@ def test_a_deep_payload_is_refused_as_invalid_not_a_recursion_error() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_job_enqueued_in_a_rolled_back_transaction_never_exists() -> None:
-    with pytest.raises(Rollback):
-        with db.atomic():
-            job = enqueue("demo.noop", {"n": 1})
-            assert Job.objects.filter(pk=job.pk).exists()  # visible to its own transaction
-            assert count_from_another_connection(job.pk) == 0  # and to no one else
-            raise Rollback
+    with pytest.raises(Rollback), db.atomic():
+        job = enqueue("demo.noop", {"n": 1})
+        assert Job.objects.filter(pk=job.pk).exists()  # visible to its own transaction
+        assert count_from_another_connection(job.pk) == 0  # and to no one else
+        raise Rollback
     assert not Job.objects.filter(pk=job.pk).exists()
     assert count_from_another_connection(job.pk) == 0
     assert in_thread(claim_jobs) == []

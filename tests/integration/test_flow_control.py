@@ -144,7 +144,8 @@ def max_overlap_per_key() -> int:
     for key, started, finished in Attempt.objects.filter(job__kind="test.per_key").values_list(
         "job__concurrency_key", "started_at", "finished_at"
     ):
-        events.setdefault(key, []).extend([(started, 1), (finished or dt.datetime.max.replace(tzinfo=dt.UTC), -1)])
+        end = finished or dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+        events.setdefault(key, []).extend([(started, 1), (end, -1)])
     peak = 0
     for points in events.values():
         level = 0

@@ -10,18 +10,22 @@ from reliableq.conf import DEFAULTS, reliableq_settings
 
 
 def test_unknown_key_is_refused_with_a_clear_message() -> None:
-    with override_settings(RELIABLEQ={"LEASE_SECONDS": 10, "LEASE_SECOND": 10, "BOGUS": 1}):
-        with pytest.raises(ImproperlyConfigured) as raised:
-            reliableq_settings.LEASE_SECONDS
+    with (
+        override_settings(RELIABLEQ={"LEASE_SECONDS": 10, "LEASE_SECOND": 10, "BOGUS": 1}),
+        pytest.raises(ImproperlyConfigured) as raised,
+    ):
+        reliableq_settings.LEASE_SECONDS
     message = str(raised.value)
     assert "Unknown RELIABLEQ setting(s): BOGUS, LEASE_SECOND." in message
     assert "LEASE_SECONDS" in message  # the known keys are listed to spot the typo
 
 
 def test_settings_work_again_after_a_bad_override_ends() -> None:
-    with override_settings(RELIABLEQ={"BOGUS": 1}):
-        with pytest.raises(ImproperlyConfigured):
-            reliableq_settings.MAX_ATTEMPTS
+    with (
+        override_settings(RELIABLEQ={"BOGUS": 1}),
+        pytest.raises(ImproperlyConfigured),
+    ):
+        reliableq_settings.MAX_ATTEMPTS
     assert isinstance(reliableq_settings.MAX_ATTEMPTS, int)
 
 
@@ -32,7 +36,7 @@ def test_override_settings_reloads_the_values() -> None:
         with override_settings(RELIABLEQ={"LEASE_SECONDS": 3}):
             assert reliableq_settings.LEASE_SECONDS == 3
         assert reliableq_settings.LEASE_SECONDS == 7.5
-    assert reliableq_settings.LEASE_SECONDS == original
+    assert original == reliableq_settings.LEASE_SECONDS
 
 
 def test_missing_keys_fall_back_to_the_defaults() -> None:
@@ -42,7 +46,7 @@ def test_missing_keys_fall_back_to_the_defaults() -> None:
             if key != "MAX_ATTEMPTS":
                 assert getattr(reliableq_settings, key) == default
     with override_settings(RELIABLEQ=None):
-        assert reliableq_settings.MAX_ATTEMPTS == DEFAULTS["MAX_ATTEMPTS"]
+        assert DEFAULTS["MAX_ATTEMPTS"] == reliableq_settings.MAX_ATTEMPTS
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:
@@ -63,6 +67,8 @@ def test_contract_keys_have_the_documented_defaults() -> None:
 def test_the_charge_service_keys_are_not_reliableq_settings() -> None:
     """reliableq names nothing of the charges app: its keys live in CHARGES (charges.conf)."""
     assert not {"CHARGE_SERVICE_URL", "CHARGE_SERVICE_TOKEN"} & set(DEFAULTS)
-    with override_settings(RELIABLEQ={"CHARGE_SERVICE_URL": "http://127.0.0.1:8000"}):
-        with pytest.raises(ImproperlyConfigured, match="Unknown RELIABLEQ setting"):
-            reliableq_settings.LEASE_SECONDS
+    with (
+        override_settings(RELIABLEQ={"CHARGE_SERVICE_URL": "http://127.0.0.1:8000"}),
+        pytest.raises(ImproperlyConfigured, match="Unknown RELIABLEQ setting"),
+    ):
+        reliableq_settings.LEASE_SECONDS

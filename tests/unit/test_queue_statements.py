@@ -30,16 +30,16 @@ def test_a_plain_claim_has_no_window_and_a_claim_takes_one_pick_only():
         "claimed",
         "opened",
     ]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not both"):
         pick.claim_sql("SELECT id FROM x", before="picked AS (SELECT 1)")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs a pick"):
         pick.claim_sql()
 
 
 def test_statuses_reach_sql_only_as_the_models_values():
     assert sql.S.RUNNING == "'RUNNING'" and sql.lit(JobStatus.DEAD) == "'DEAD'"
     assert sql.S.LEASE_EXPIRED == "'LEASE_EXPIRED'"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a JobStatus or an Outcome"):
         sql.lit("RUNING")
     with pytest.raises(AttributeError):
         _ = sql.S.RUNING

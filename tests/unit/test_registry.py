@@ -49,7 +49,7 @@ def test_duplicate_kind_with_another_function_is_refused() -> None:
 
 
 def test_duplicate_of_a_discovered_kind_is_refused() -> None:
-    with pytest.raises(ValueError, match="already has a handler: testproject.jobs.noop"):
+    with pytest.raises(ValueError, match=r"already has a handler: testproject\.jobs\.noop"):
         registry.handler("demo.noop")(second)
 
 
@@ -80,7 +80,7 @@ def test_bad_handler_arguments_are_refused(kwargs: dict, message: str) -> None:
 
 
 def test_unknown_kind_raises_unknown_kind_naming_it() -> None:
-    with pytest.raises(UnknownKind, match="'no.such.kind'"):
+    with pytest.raises(UnknownKind, match=r"'no\.such\.kind'"):
         registry.get("no.such.kind")
     assert issubclass(reliableq.UnknownKind, LookupError)
     assert reliableq.UnknownKind is UnknownKind

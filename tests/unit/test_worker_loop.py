@@ -226,7 +226,7 @@ def test_once_every_slots_thread_is_stuck_the_worker_stops_claiming_and_exits_3(
     SLOW.clear()
     store = FakeStore()
     store.add("fake.stuck", 2)
-    worker, thread, outcome = start(store, concurrency=2)
+    _worker, thread, outcome = start(store, concurrency=2)
     thread.join(10)
     assert outcome == {"code": 3}
     later = store.add("fake.quick")
@@ -248,7 +248,7 @@ def test_a_claim_whose_commit_went_unheard_is_released_before_the_next_claim():
 def test_burst_exits_0_once_nothing_is_due_or_running():
     store = FakeStore()
     store.add("fake.quick", 5)
-    worker, thread, outcome = start(store, burst=True)
+    _worker, thread, outcome = start(store, burst=True)
     thread.join(10)
     assert outcome == {"code": 0}
     assert all(r.status == "SUCCEEDED" for r in store.rows.values())

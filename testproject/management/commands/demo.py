@@ -266,7 +266,7 @@ class Command(BaseCommand):
             c = Charge.objects.filter(idempotency_key=job.effect_key).count()
             f = Attempt.objects.filter(job=job, outcome=Outcome.SUCCEEDED).count()
             mark = "  <- worker-A was killed running this one" if job.id == killed_id else ""
-            self.say(f"   {str(job.id):36}  {job.status:9}  {a}  {h}  {c}  {f}{mark}")
+            self.say(f"   {job.id!s:36}  {job.status:9}  {a}  {h}  {c}  {f}{mark}")
             expected = (2, 2, 1, 1) if job.id == killed_id else (1, 1, 1, 1)
             ok = ok and (a, h, c, f) == expected and job.status == JobStatus.SUCCEEDED
         self.say("")
