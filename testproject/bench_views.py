@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from reliableq import registry, rules, services
 from reliableq.api.base import BaseAPIView
 from reliableq.errors import InvalidJob, NotSubmittable
+from reliableq.options import JobOptions
 
 MIN_KEY_CHARS = 32
 
@@ -47,7 +48,8 @@ def _submit(data: dict) -> str | None:
     kind = data["kind"]
     try:
         registry.for_http(kind)
-        job, _ = services.submit(kind, data["payload"], queue=rules.http_queue(data.get("queue", "default")))
+        options = JobOptions(queue=rules.http_queue(data.get("queue", "default")))
+        job, _ = services.submit(kind, data["payload"], options)
     except (NotSubmittable, InvalidJob):
         return None
     return str(job.id)
