@@ -7,26 +7,31 @@ these arrays as Python lists by itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
+if TYPE_CHECKING:
+    _Field = models.Field[Any, Any]
+else:
+    _Field = models.Field  # generic in the stubs only
 
-class BigIntegerArrayField(models.Field[Any, Any]):
+
+class BigIntegerArrayField(_Field):
     description = "An array of bigint"
 
     def db_type(self, connection: Any) -> str:
         return "bigint[]"
 
 
-class IntegerArrayField(models.Field[Any, Any]):
+class IntegerArrayField(_Field):
     description = "An array of integer"
 
     def db_type(self, connection: Any) -> str:
         return "integer[]"
 
 
-class UUIDArrayField(models.Field[Any, Any]):
+class UUIDArrayField(_Field):
     description = "An array of uuid"
 
     def db_type(self, connection: Any) -> str:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+else:
+    _Paginator = Paginator  # generic in the stubs only
+
 CAP = 10_000
 
 
-class CappedCountPaginator(Paginator[Any]):
+class CappedCountPaginator(_Paginator):
     """`count` runs SELECT count(*) FROM (... LIMIT CAP+1): bounded work on any table size.
 
     Past the cap the admin shows CAP+1 results (and the pages up to there); the filters
