@@ -219,8 +219,3 @@ def autodiscover() -> None:
     backends = getattr(settings, "TASKS", {}) or {}
     if any(options.get("BACKEND") == TASKS_BACKEND for options in backends.values()):
         autodiscover_modules("tasks")
-
-
-def http_kinds() -> list[str]:
-    """Kinds that POST /v1/jobs accepts."""
-    return sorted(kind for kind, h in _handlers.items() if h.http and not is_task_kind(kind))
