@@ -12,11 +12,12 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
-from .. import charts, readcache, registry, rules, services
+from .. import readcache, registry, rules, services
 from ..conf import reliableq_settings
 from ..errors import InvalidJob
 from ..models import JobStatus, QueueDashboard
 from ..queue import horizon, stats, workers
+from . import charts
 from .common import ReadOnlyAdmin, status_badge
 
 

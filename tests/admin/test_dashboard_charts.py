@@ -14,7 +14,7 @@ import uuid
 import pytest
 from django.test import Client
 
-from reliableq import charts
+from reliableq.admin import charts
 from reliableq.models import Attempt, Job, JobStatus, Outcome
 from reliableq.queue import db as queue_db
 from reliableq.queue import stats

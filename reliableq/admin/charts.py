@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from .queue.stats import FINISHED_STATUSES, BacklogPoint, FinishedMinute, KindDuration
+from ..queue.stats import FINISHED_STATUSES, BacklogPoint, FinishedMinute, KindDuration
 
 WIDTH = 720.0
 HEIGHT = 190.0
