@@ -61,3 +61,17 @@ def spawn_worker(db_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerPr
     yield spawn
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def per_key_kind() -> Iterator[None]:
+    """test.per_key (max_running_per_key=2) registered for the test; the registry is put back as it was."""
+    import reliableq
+    from reliableq import registry
+    from testproject.jobs import per_key
+
+    saved = dict(registry._handlers)
+    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
+    yield
+    registry._handlers.clear()
+    registry._handlers.update(saved)

@@ -4,7 +4,6 @@ running job, the job page's flow-control fields, kinds with limits; each refused
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -12,9 +11,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 
 import reliableq
-from reliableq import registry, services
+from reliableq import services
 from reliableq.models import Job, JobStatus, QueueState
-from testproject.jobs import per_key
 
 from .conftest import OPERATOR_PERMS, client_for, job_in, make_staff
 from .pages import body, messages_of, section, text
@@ -29,16 +27,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def pauser() -> Client:
     return client_for(make_staff("pauser", ("reliableq", "view_job"), ("reliableq", "pause_queue")))
-
-
-@pytest.fixture
-def per_key_kind() -> Iterator[None]:
-    """test.per_key registered for the test; the registry is put back as it was afterwards."""
-    saved = dict(registry._handlers)
-    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
-    yield
-    registry._handlers.clear()
-    registry._handlers.update(saved)
 
 
 def queue_audit(name: str) -> list[str]:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 
 import pytest
 
 import reliableq
-from reliableq import registry
 from reliableq.errors import UnknownKind
 from reliableq.models import Job, JobStatus
 from reliableq.queue import db
 from reliableq.services import InvalidJob, enqueue_many
-from testproject.jobs import per_key
 
 from .helpers import claim_jobs, db_now, raw_connect
 
@@ -74,16 +71,6 @@ def test_enqueue_many_validates_like_enqueue_and_stores_nothing_on_error() -> No
     with pytest.raises(InvalidJob):
         enqueue_many("demo.noop", [{}], run_at=dt.datetime(2030, 1, 1))
     assert not Job.objects.filter(kind="demo.noop").exists()
-
-
-@pytest.fixture
-def per_key_kind() -> Iterator[None]:
-    """test.per_key registered for the test; the registry is put back as it was afterwards."""
-    saved = dict(registry._handlers)
-    reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
-    yield
-    registry._handlers.clear()
-    registry._handlers.update(saved)
 
 
 @pytest.mark.django_db
