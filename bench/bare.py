@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     claim = [(sql.replace(limit, f"LIMIT {args.batch}"), swap(params, mapping)) for sql, params in spec["claim"]]
     finish_sql = spec["finish"]["sql"]
     done = 0
-    # The queue's statements bind on the server (reliableq.queue.db.cursor: Django's ServerBindingCursor,
-    # never prepared); so does this loop. Autocommit, with explicit transactions where the worker has
+    # The queue's statements bind on the server and are prepared once per connection (reliableq.queue.db.run);
+    # so are this loop's. Autocommit, with explicit transactions where the worker has
     # them: a single-statement claim or finish is sent alone, as Django sends it outside atomic().
-    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, prepare_threshold=None) as conn:
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, prepare_threshold=2**31 - 1) as conn:
         claim_tx = conn.transaction if spec["claim_atomic"] else contextlib.nullcontext
         finish_tx = conn.transaction if spec["finish_atomic"] else contextlib.nullcontext
         time.sleep(max(0.0, args.start_at - time.time()))  # every process connected, then all start together
@@ -50,17 +50,15 @@ def main(argv: list[str] | None = None) -> int:
             with claim_tx():
                 rows = []
                 for sql, params in claim:
-                    cur = conn.execute(sql, params)
+                    cur = conn.execute(sql, params, prepare=True)
                     rows = cur.fetchall() if cur.description else rows
             if not rows:
                 break
-            ids = [r[0] for r in rows]
-            tokens = [r[7] for r in rows]
-            n = len(ids)
+            n = len(rows)
             with finish_tx():
-                conn.execute(
-                    finish_sql, [ids, tokens, ["SUCCEEDED"] * n, ["SUCCEEDED"] * n, [""] * n, [0.0] * n, [""] * n]
-                )
+                # The batch's ends as the worker sends them: one JSON text (reliableq.queue.finishes).
+                ends = json.dumps([[str(r[0]), str(r[7]), "SUCCEEDED", "SUCCEEDED", "", 0.0, ""] for r in rows])
+                conn.execute(finish_sql, [ends], prepare=True)
             done += n
     print(json.dumps({"done": done}))
     return 0

@@ -103,18 +103,13 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
         head + "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(lease_token), '{}') AS toks "
         "FROM claimed"
     )
-    count = "ARRAY[cardinality(:ids::uuid[])]"
-    values = iter(
-        [
-            ":ids",
-            ":toks",
-            f"array_fill('SUCCEEDED'::text, {count})",
-            f"array_fill('SUCCEEDED'::text, {count})",
-            f"array_fill(''::text, {count})",
-            f"array_fill(0.0::float8, {count})",
-            f"array_fill(''::text, {count})",  # the tracebacks: none, as for a success
-        ]
+    # The finish takes the batch's ends as one JSON text: [id, token, status, outcome, error, delay,
+    # traceback] per job, a success's (no error, no traceback).
+    ends = (
+        "(SELECT coalesce(jsonb_agg(jsonb_build_array(u.i, u.t, 'SUCCEEDED', 'SUCCEEDED', '', 0.0, '')), '[]')"
+        " FROM unnest(:ids::uuid[], :toks::uuid[]) AS u(i, t))::text"
     )
+    values = iter([ends])
     finish = re.sub(r"%%|%s", lambda m: "%" if m.group(0) == "%%" else next(values), spec["finish"]["sql"])
 
     def one_line(sql: str) -> str:

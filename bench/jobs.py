@@ -80,3 +80,21 @@ def register_flow_kinds() -> None:
 
 if os.environ.get("BENCH_FLOW"):
     register_flow_kinds()
+
+
+def fair(job: ClaimedJob) -> None:
+    """Nothing: its claims rotate among fair_keys."""
+
+
+def unfair(job: ClaimedJob) -> None:
+    """Nothing, in FIFO order: the fairness scenario's control (its tenant is in the payload)."""
+
+
+def register_fair_kinds() -> None:
+    """In the fairness scenario's workers (BENCH_FAIR) and in the bench process that enqueues their jobs."""
+    reliableq.handler("bench.fair", fair=True)(fair)
+    reliableq.handler("bench.unfair")(unfair)
+
+
+if os.environ.get("BENCH_FAIR"):
+    register_fair_kinds()

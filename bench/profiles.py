@@ -39,6 +39,12 @@ class Profile:
     soak_seconds: float  # the soak scenario: how long half the maximum is offered
     soak_sample: float  # seconds between its samples
     soak_retention: float  # RETENTION_SECONDS for SUCCEEDED jobs during it
+    workflow_members: int  # the workflows scenario: jobs of its fan-in (n - 1 and a report), and as many independent
+    workflow_chain: int  # its chain: members, each after the one before
+    fair_flood: int  # the fairness scenario: one tenant's backlog of no-op jobs ...
+    fair_tenants: int  # ... then this many small tenants ...
+    fair_tenant_jobs: int  # ... of this many jobs each
+    fair_keys: int  # the claim's cost is measured beside a backlog over this many keys
     peers: bool
 
 
@@ -75,6 +81,12 @@ PROFILES = {
         soak_seconds=8.0,
         soak_sample=2.0,
         soak_retention=60.0,
+        workflow_members=200,
+        workflow_chain=50,
+        fair_flood=2_000,
+        fair_tenants=10,
+        fair_tenant_jobs=3,
+        fair_keys=1_000,
         peers=True,
     ),
     "quick": Profile(
@@ -109,6 +121,12 @@ PROFILES = {
         soak_seconds=120.0,
         soak_sample=10.0,
         soak_retention=30.0,
+        workflow_members=5_000,
+        workflow_chain=500,
+        fair_flood=20_000,
+        fair_tenants=100,
+        fair_tenant_jobs=5,
+        fair_keys=10_000,
         peers=True,
     ),
     "full": Profile(
@@ -143,6 +161,12 @@ PROFILES = {
         soak_seconds=1800.0,
         soak_sample=10.0,
         soak_retention=60.0,
+        workflow_members=10_000,
+        workflow_chain=1_000,
+        fair_flood=100_000,
+        fair_tenants=100,
+        fair_tenant_jobs=5,
+        fair_keys=10_000,
         peers=True,
     ),
 }

@@ -124,6 +124,7 @@ class ReliableQ(System):
         "hold": "bench.hold",
         "keyed": "bench.keyed",
         "rated": "bench.rated",
+        "fair": "bench.fair",
     }
 
     def reset(self) -> None:

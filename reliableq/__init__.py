@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack
 
-    from .models import Job
+    from .models import Job, Workflow
     from .options import EnqueueOptions, ManyOptions
+    from .workflows import WorkflowBuilder
 
 __all__ = [
     "Cancelled",
@@ -34,10 +35,12 @@ __all__ = [
     "Snooze",
     "TransientError",
     "UnknownKind",
+    "cancel_workflow",
     "enqueue",
     "enqueue_many",
     "enqueue_on_commit",
     "handler",
+    "workflow",
 ]
 
 
@@ -64,3 +67,17 @@ def enqueue_many(
     from .services import enqueue_many as _enqueue_many
 
     return _enqueue_many(kind, payloads, **options)
+
+
+def workflow(name: str = "") -> WorkflowBuilder:
+    """A builder of jobs that run in order, with callbacks that fire once per run (reliableq.workflows)."""
+    from .workflows import workflow as _workflow
+
+    return _workflow(name)
+
+
+def cancel_workflow(workflow_id: uuid.UUID | str, *, by: Any = None) -> Workflow:
+    """Cancel a RUNNING workflow's WAITING and PENDING members; ask its RUNNING ones to stop."""
+    from .workflows import cancel_workflow as _cancel_workflow
+
+    return _cancel_workflow(workflow_id, by=by)

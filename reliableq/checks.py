@@ -161,6 +161,13 @@ def _http_queues(value: Any) -> bool:
     )
 
 
+def _fair_weights(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(key, str) and key and _positive_number(weight) and 0.001 <= weight <= 1000
+        for key, weight in value.items()
+    )
+
+
 RULES: dict[str, Any] = {
     "LEASE_SECONDS": _number(0),
     "MAX_ATTEMPTS": _number(1, strict=False, integer=True),
@@ -185,6 +192,7 @@ RULES: dict[str, Any] = {
     "CHILD_MAX_JOBS": _number(1, strict=False, integer=True, none=True),
     "CHILD_MAX_MEMORY_MB": _number(0, none=True),
     "STATS_CACHE_SECONDS": _number(0, strict=False),
+    "FAIR_WEIGHTS": (_fair_weights, "a dict from fair_key to a weight between 0.001 and 1000"),
 }
 
 

@@ -41,6 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "CHILD_MAX_MEMORY_MB": None,
     # /v1/metrics and the dashboard's figures are computed at most this often per process (0: every time).
     "STATS_CACHE_SECONDS": 5.0,
+    # A fair kind's share per fair_key: {key: weight}, 1 for a key not named (a key of weight 2 takes two
+    # turns to another's one). Read when a job is enqueued: a change applies to jobs enqueued after it.
+    "FAIR_WEIGHTS": {},
 }
 
 
@@ -76,10 +79,16 @@ class AppSettings:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self._defaults:
             raise AttributeError(f"No {self._name} setting named {name!r}.")
-        return self._user()[name]
+        value = self._user()[name]
+        # Kept as an attribute: the next read is a plain one, not this method (the worker reads some
+        # settings for every job). reload() drops them.
+        self.__dict__[name] = value
+        return value
 
     def reload(self) -> None:
         self._cache = None
+        for name in self._defaults:
+            self.__dict__.pop(name, None)
 
 
 reliableq_settings = AppSettings("RELIABLEQ", DEFAULTS)

@@ -14,6 +14,7 @@ from .queue import db
 
 
 class JobStatus(models.TextChoices):
+    WAITING = "WAITING"  # a workflow member whose upstream members have not all succeeded; never claimed
     PENDING = "PENDING"  # waiting for run_at, then for a free worker slot
     RUNNING = "RUNNING"  # claimed under a lease; its owner renews it while the handler runs
     SUCCEEDED = "SUCCEEDED"  # finalized under the lease of its last attempt
@@ -34,7 +35,19 @@ class Outcome(models.TextChoices):
 
 
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
-UNFINISHED = (JobStatus.PENDING, JobStatus.RUNNING)
+UNFINISHED = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class WorkflowStatus(models.TextChoices):
+    RUNNING = "RUNNING"  # some member has not finished
+    SUCCEEDED = "SUCCEEDED"  # every member succeeded
+    FAILED = "FAILED"  # every member finished, some DEAD or CANCELLED
+    CANCELLED = "CANCELLED"  # an operator cancelled it (reliableq.cancel_workflow)
+
+
+class OnUpstreamFailure(models.TextChoices):
+    CANCEL = "cancel"  # a DEAD or CANCELLED upstream member cancels this one
+    RUN = "run"  # this one runs once every upstream member is finished, however it ended
 
 
 _M = TypeVar("_M", bound=models.Model)
@@ -74,6 +87,51 @@ class JobQuerySet(models.QuerySet["Job"]):
         return cast(JobQuerySet, self.filter(status__in=FINISHED))
 
 
+class Workflow(models.Model):
+    """Jobs that run in an order (each member after its `after` members) and callbacks that fire once.
+
+    The row is written at enqueue and at the end of each run (every member finished); a member's
+    finish never touches it otherwise: what finished is counted in WorkflowCount rows, spread over
+    shards, so the members of a large fan-in do not queue for one row (reliableq.queue.workflows).
+    """
+
+    id = models.UUIDField(primary_key=True, default=ids.job_id, editable=False)
+    name = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=16, choices=WorkflowStatus.choices, default=WorkflowStatus.RUNNING)
+    # A replay of a DEAD member starts a new run: its callbacks can fire again, once per run.
+    run = models.PositiveIntegerField(default=1)
+    members = models.PositiveIntegerField(default=0)
+    # {event: {kind, payload, queue, priority, max_attempts}} for success, failure and complete.
+    callbacks = models.JSONField(default=dict, blank=True)
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key
+    dedupe_scope = models.CharField(max_length=80, blank=True, default="", editable=False)
+    fingerprint = models.CharField(max_length=64, blank=True, default="", editable=False)
+    submitted_by = models.CharField(max_length=150, blank=True, default="", editable=False)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = QueueManager["Workflow"]()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["-created_at"], name="reliableq_workflow_created")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dedupe_scope", "dedupe_key"],
+                condition=Q(dedupe_key__isnull=False),
+                name="reliableq_workflow_dedupe_unique",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=WorkflowStatus.values), name="reliableq_workflow_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"workflow {self.name or self.id} ({self.status})"
+
+
 class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=ids.job_id, editable=False)
     kind = models.CharField(max_length=200)
@@ -99,6 +157,11 @@ class Job(models.Model):
     # Flow control. With the handler's max_running_per_key, at most that many jobs of the kind and
     # this key are RUNNING at once, fleet-wide (decided in the claim transaction).
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key (never equal in unique constraints)
+    # Fair share. With the handler's fair=True, claims of the kind rotate among fair_keys: fair_seq is the
+    # job's turn, fixed at enqueue (the key's last turn plus one, never before the kind's current head),
+    # and a claim takes due jobs in that order (reliableq.queue.fairness). NULL for other kinds.
+    fair_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: the kind's one unnamed key
+    fair_seq = models.FloatField(null=True, blank=True, editable=False)
     # At most one PENDING or RUNNING job per (kind, scope, unique_key); a new one after it finishes.
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key (never equal in unique constraints)
     # How often the handler said "come back later" (Snooze); each one gave its attempt back.
@@ -110,6 +173,15 @@ class Job(models.Model):
     trace_context = models.JSONField(null=True, blank=True, editable=False)
     # What the running handler last said of its progress ({done, total, note, at}), via job.progress().
     progress = models.JSONField(null=True, blank=True, editable=False)
+    # A workflow's member (member_name set) or callback (member_name NULL); NULL for a job alone.
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs", db_index=False
+    )
+    member_name = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  NULL: not a member
+    # A member's "cancel" or "run" when an upstream member fails; "" for a root (it has none) and a job alone.
+    on_upstream_failure = models.CharField(
+        max_length=8, choices=OnUpstreamFailure.choices, blank=True, default="", db_default=""
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -131,6 +203,26 @@ class Job(models.Model):
                 fields=["queue", "priority", "run_at", "id"],
                 condition=Q(status="PENDING"),
                 name="reliableq_job_due",
+            ),
+            # A fair kind's due jobs in turn order, and each key's last turn (reliableq.queue.fairness).
+            # Only jobs with a turn enter them: other kinds pay no index write for fairness.
+            models.Index(
+                fields=["queue", "kind", "priority", "fair_seq", "id"],
+                condition=Q(status="PENDING", fair_seq__isnull=False),
+                name="reliableq_job_fair_due",
+            ),
+            # The keys' last turns: keyed jobs in one, the kind's keyless jobs in another. Each names the key in
+            # its predicate, which a pick never does: however stale the statistics, a pick cannot take them
+            # for reliableq_job_fair_due and sort what they hold.
+            models.Index(
+                fields=["queue", "kind", "priority", "fair_key", "fair_seq"],
+                condition=Q(status="PENDING", fair_seq__isnull=False, fair_key__isnull=False),
+                name="reliableq_job_fair_key",
+            ),
+            models.Index(
+                fields=["queue", "kind", "priority", "fair_seq"],
+                condition=Q(status="PENDING", fair_seq__isnull=False, fair_key__isnull=True),
+                name="reliableq_job_fair_nokey",
             ),
             # Recovery: RUNNING rows whose lease ran out.
             models.Index(
@@ -167,9 +259,11 @@ class Job(models.Model):
             # Only jobs submitted over HTTP enter it (code's scope is ""), so the worker's rows never do.
             models.Index(
                 fields=["dedupe_scope"],
-                condition=Q(status__in=["PENDING", "RUNNING"]) & ~Q(dedupe_scope=""),
+                condition=Q(status__in=["WAITING", "PENDING", "RUNNING"]) & ~Q(dedupe_scope=""),
                 name="reliableq_job_submitter_open",
             ),
+            # A workflow's jobs (its page, its cancel, retention); jobs alone never enter it.
+            models.Index(fields=["workflow"], condition=Q(workflow__isnull=False), name="reliableq_job_workflow"),
         ]
         constraints = [
             # Only keyed jobs enter it: an index entry per version of every keyless job (most of them)
@@ -208,6 +302,53 @@ class Job(models.Model):
             return self.return_value.value
         except ReturnValue.DoesNotExist:
             return None
+
+
+class WorkflowEdge(models.Model):
+    """`upstream`'s end counts toward `target`: a downstream member, or the workflow itself (every
+    member has an edge to its workflow). `shard` is the target's WorkflowCount row it counts in."""
+
+    id = models.BigAutoField(primary_key=True)
+    # Plain ids, not foreign keys: the rows go with their workflow (retention deletes them together),
+    # while a member's job row may be pruned first.
+    upstream = models.UUIDField()
+    target = models.UUIDField()  # a Job's id or the Workflow's id
+    shard = models.SmallIntegerField()
+    workflow = models.UUIDField()
+
+    objects = QueueManager["WorkflowEdge"]()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["upstream", "target"], name="reliableq_edge_upstream"),
+            models.Index(fields=["target"], name="reliableq_edge_target"),
+            models.Index(fields=["workflow"], name="reliableq_edge_workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.upstream} -> {self.target}"
+
+
+class WorkflowCount(models.Model):
+    """How many of a target's upstream members have not finished (`remaining`) and how many ended
+    DEAD or CANCELLED (`failed`), in one shard of them. Shard -1 is the target's total: the number
+    of its other shards still above zero (or, for a target of few upstreams, the count itself)."""
+
+    id = models.BigAutoField(primary_key=True)
+    target = models.UUIDField()
+    shard = models.SmallIntegerField()
+    remaining = models.IntegerField()
+    failed = models.IntegerField(default=0)
+    workflow = models.UUIDField()
+
+    objects = QueueManager["WorkflowCount"]()
+
+    class Meta:
+        indexes = [models.Index(fields=["workflow"], name="reliableq_count_workflow")]
+        constraints = [models.UniqueConstraint(fields=["target", "shard"], name="reliableq_count_target_shard")]
+
+    def __str__(self) -> str:
+        return f"{self.remaining} left of {self.target} (shard {self.shard})"
 
 
 class Attempt(models.Model):

@@ -20,6 +20,7 @@ class JobOptions:
     dedupe_key: str | None = None  # unique forever, per submitter (an Idempotency-Key)
     concurrency_key: str | None = None  # with the handler's max_running_per_key
     unique_key: str | None = None  # at most one PENDING or RUNNING job per (kind, unique_key)
+    fair_key: str | None = None  # with the handler's fair=True: claims rotate among these keys
 
     @classmethod
     def of(cls, options: dict[str, Any], *, refused: tuple[str, ...] = (), where: str = "enqueue") -> JobOptions:
@@ -41,6 +42,7 @@ class EnqueueOptions(TypedDict, total=False):
     dedupe_key: str | None
     concurrency_key: str | None
     unique_key: str | None
+    fair_key: str | None
 
 
 class ManyOptions(TypedDict, total=False):
@@ -51,6 +53,7 @@ class ManyOptions(TypedDict, total=False):
     run_at: dt.datetime | None
     max_attempts: int | None
     concurrency_key: str | None
+    fair_key: str | None
 
 
 PER_JOB = ("dedupe_key", "unique_key")  # a batch of one kind cannot honour these per row

@@ -47,6 +47,12 @@ class Limits:
     max_running: int | None = None  # RUNNING jobs of the kind
     per_key: int | None = None  # RUNNING jobs of the kind with one concurrency_key
     rate: Rate | None = None  # starts of the kind per window
+    fair: bool = False  # claims take the kind's due jobs in turn among fair_keys (not a limit on how many)
+
+    @property
+    def limited(self) -> bool:
+        """Whether the kind's claims count something fleet-wide (a cap, a key's share, a rate)."""
+        return bool(self.max_running or self.per_key or self.rate)
 
 
 # Django Tasks run as `django.task` (jobs made before tasks had kinds of their own) and as
@@ -68,6 +74,7 @@ class Handler:
     max_running_per_key: int | None = None  # fleet-wide cap per concurrency_key
     rate_limit: Rate | None = None  # fleet-wide starts per window
     isolation: str | None = None  # "thread" or "process"; None: RELIABLEQ["ISOLATION"] (async ones: the loop)
+    fair: bool = False  # claims rotate among the jobs' fair_keys
 
     @property
     def is_async(self) -> bool:
@@ -87,9 +94,11 @@ class Handler:
 
     @property
     def limits(self) -> Limits | None:
-        if not (self.max_running or self.max_running_per_key or self.rate_limit):
+        if not (self.max_running or self.max_running_per_key or self.rate_limit or self.fair):
             return None
-        return Limits(max_running=self.max_running, per_key=self.max_running_per_key, rate=self.rate_limit)
+        return Limits(
+            max_running=self.max_running, per_key=self.max_running_per_key, rate=self.rate_limit, fair=self.fair
+        )
 
 
 _handlers: dict[str, Handler] = {}
@@ -109,10 +118,12 @@ def handler(
     rate_limit: str | None = None,
     isolation: str | None = None,
     keep_result: bool = False,
+    fair: bool = False,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of `kind`.
 
     `keep_result=True` stores the handler's return value (job.result); `keep_return` is its older name.
+    `fair=True` shares the kind's claims among its jobs' fair_keys, round robin.
     """
     keep_return = keep_return or keep_result
     if not kind or len(kind) > 200:
@@ -152,6 +163,7 @@ def handler(
             max_running_per_key=max_running_per_key,
             rate_limit=rate,
             isolation=isolation,
+            fair=bool(fair),
         )
         return func
 
@@ -163,6 +175,12 @@ def get(kind: str) -> Handler:
         return _handlers[kind]
     except KeyError:
         raise UnknownKind(f"No handler is registered for kind {kind!r}.{did_you_mean(kind)}") from None
+
+
+def handler_of(kind: str, attribute: str) -> Any:
+    """An attribute of a kind's handler, or None for a kind no app registered (its error comes later)."""
+    found = _handlers.get(kind)
+    return None if found is None else getattr(found, attribute)
 
 
 def did_you_mean(kind: str) -> str:
@@ -193,7 +211,7 @@ def for_http(kind: str) -> Handler:
 
 
 def limits() -> dict[str, Limits]:
-    """Kinds whose claims are limited (max_running, max_running_per_key, rate_limit), and how."""
+    """Kinds whose claims are limited (max_running, max_running_per_key, rate_limit) or fair, and how."""
     return {kind: h.limits for kind, h in _handlers.items() if h.limits is not None}
 
 

@@ -219,6 +219,16 @@ def unstorable(value: Any) -> str | None:
     return None
 
 
+def label(value: Any, *, field: str, what: str, required: bool = True) -> str:
+    """A name (a workflow's, a member's): text of at most 200 characters that PostgreSQL can store."""
+    if not isinstance(value, str) or len(value) > 200 or (required and not value):
+        raise InvalidJob(f"{what} is text of {'1' if required else '0'} to 200 characters.", field=field)
+    why = _unstorable_text(value)
+    if why:
+        raise InvalidJob(f"{what}: {why}", field=field)
+    return value
+
+
 def _unstorable_text(text: str) -> str | None:
     if "\x00" in text:
         return "Strings cannot contain the NUL character (\\u0000)."

@@ -208,7 +208,15 @@ def describe(exc: BaseException) -> str:
 def clean(text: str) -> str:
     # Paths are shortened first so that the cut keeps more of the message, and redaction runs before
     # the cut so that no secret survives half-cut at the edge.
-    return bound(redact(shorten_paths(text)))
+    return storable(bound(redact(shorten_paths(text))))
+
+
+def storable(text: str) -> str:
+    """Text a PostgreSQL text column (and jsonb) can hold: a NUL written as `\\x00`, a lone surrogate
+    as `?`. A handler's exception may carry either; its failure must still be recorded."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
 
 
 MAX_TRACEBACK_CHARS = 16_000
@@ -217,7 +225,7 @@ MAX_TRACEBACK_CHARS = 16_000
 def traceback_of(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
     """The exception's traceback as traceback.format_exception writes it, with its file paths made
     relative and its secrets redacted, cut in the middle past `limit` (the last lines name the error)."""
-    text = redact(shorten_paths("".join(traceback.format_exception(exc))))
+    text = storable(redact(shorten_paths("".join(traceback.format_exception(exc)))))
     if len(text) <= limit:
         return text
     keep = (limit - 60) // 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -23,6 +24,7 @@ from .options import PER_JOB, JobOptions
 from .queue import db, transitions
 from .queue import enqueue as statements
 from .queue.enqueue import CHANNEL
+from .queue.fairness import Turn, turn_for
 from .queue.prune import PURGED, RETENTION_BATCH, RETENTION_BUDGET_SECONDS, Retained, prune, purge, retain
 
 __all__ = [
@@ -49,7 +51,9 @@ __all__ = [
     "submit_many",
 ]
 
-_ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
+# fair_seq is decided by the INSERT (a fair job's turn): left out, it is read from the row if asked for.
+_ATTNAMES = [f.attname for f in Job._meta.concrete_fields if f.attname != "fair_seq"]
+_ALONE = {"workflow_id": None, "member_name": None, "on_upstream_failure": ""}  # a job of no workflow
 
 
 def default_max_attempts(kind: str) -> int:
@@ -112,18 +116,20 @@ def submit(
     of the code (cron slots, Python callers). The unique constraints decide, in one INSERT ...
     ON CONFLICT DO NOTHING: two concurrent callers with one key make one row, and neither reads
     before it writes. `unique_key` holds only while its job is PENDING or RUNNING: if that job
-    finishes between the conflict and the read, the insert is tried again.
+    finishes between the conflict and the read, the insert is tried again. A submitter's job of a
+    fair kind takes the submitter as its fair_key (submitter_fair_key).
     """
-    o = options or JobOptions()
+    o = submitter_fair_key(kind, options or JobOptions(), submitted_by)
     queue, priority, dedupe_key, unique_key = o.queue, o.priority, o.dedupe_key, o.unique_key
     budget, encoded = _checked(kind, payload, o, encoded=encoded)
+    turn = _turn(kind, o.fair_key)
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
     bound = pending_bound(submitted_by)
 
     with tracing.publishing(kind, queue) as trace_context:
         found, row, job_id = _insert_one(
-            kind, scope, bound, dedupe_key, unique_key,
+            kind, scope, bound, dedupe_key, unique_key, turn,
             [kind, queue, priority, encoded, budget, o.run_at, dedupe_key, scope, submitter, o.concurrency_key,
              unique_key, None if trace_context is None else json.dumps(trace_context)],
         )  # fmt: skip
@@ -151,6 +157,7 @@ def submit(
         "dedupe_scope": scope,
         "submitted_by": submitter,
         "concurrency_key": o.concurrency_key,
+        "fair_key": o.fair_key,
         "unique_key": unique_key,
         "snoozes": 0,
         "cancel_requested_at": None,
@@ -159,17 +166,24 @@ def submit(
         "created_at": created_at,
         "updated_at": updated_at,
         "finished_at": None,
+        **_ALONE,
     }
     return Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]), True
 
 
 def _insert_one(
-    kind: str, scope: str, bound: int | None, dedupe_key: str | None, unique_key: str | None, columns: list[Any]
+    kind: str,
+    scope: str,
+    bound: int | None,
+    dedupe_key: str | None,
+    unique_key: str | None,
+    turn: Turn | None,
+    columns: list[Any],
 ) -> tuple[Job | None, Any, uuid.UUID]:
     """INSERT one job (its id, then `columns`); (the job a key already holds, None, id) or (None, row, id)."""
     for _ in range(3):
         job_id = new_job_id()
-        row, held = statements.insert_one([job_id, *columns], scope=scope, bound=bound)
+        row, held = statements.insert_one([job_id, *columns], scope=scope, bound=bound, turn=turn)
         if row is not None:
             return None, row, job_id
         # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible. A
@@ -191,6 +205,31 @@ def _check_concurrency_key(handler: registry.Handler, key: str) -> None:
         )
 
 
+def _check_fair_key(handler: registry.Handler, key: str) -> None:
+    rules.key(key, field="fair_key")
+    if not handler.fair:
+        raise InvalidJob(
+            f"Kind {handler.kind!r} is not fair (its handler has no fair=True), so a fair_key would share nothing.",
+            field="fair_key",
+        )
+
+
+def submitter_fair_key(kind: str, options: JobOptions, submitted_by: Any) -> JobOptions:
+    """A user's job of a fair kind is shared as that user's: its fair_key is the submitter's scope.
+
+    So an HTTP client can neither spread its jobs over many keys to take more turns nor name
+    another user's key to take theirs (the API refuses a fair_key in the body).
+    """
+    if submitted_by is None or options.fair_key is not None or not registry.handler_of(kind, "fair"):
+        return options
+    return dataclasses.replace(options, fair_key=dedupe_scope(submitted_by))
+
+
+def _turn(kind: str, fair_key: str | None) -> Turn | None:
+    """A job of a fair kind takes its turn among the kind's fair_keys (None for other kinds)."""
+    return turn_for(fair_key) if registry.get(kind).fair else None
+
+
 def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | None) -> Job | None:
     """The job that holds one of these keys now: the dedupe key's (forever), else the unique key's
     active one (None if it has finished since the conflict)."""
@@ -204,6 +243,12 @@ def _holder(kind: str, scope: str, dedupe_key: str | None, unique_key: str | Non
         ).first()
         return active
     return None
+
+
+def check_job(kind: str, payload: dict[str, Any] | None, options: JobOptions) -> tuple[int, str]:
+    """The rules applied to one job about to be stored (a workflow's member or callback): (its
+    attempt budget, its payload as the JSON to store). InvalidJob or UnknownKind if it breaks one."""
+    return _checked(kind, payload, options)
 
 
 def _checked(
@@ -225,6 +270,8 @@ def _checked(
             rules.key(value, field=name)
     if options.concurrency_key is not None:
         _check_concurrency_key(handler, options.concurrency_key)
+    if options.fair_key is not None:
+        _check_fair_key(handler, options.fair_key)
     return budget, rules.payload(payload) if encoded is None else encoded
 
 
@@ -286,6 +333,7 @@ def submit_many(
     """
     if not jobs:
         return [], True
+    jobs = [dataclasses.replace(new, options=submitter_fair_key(new.kind, new.options, submitted_by)) for new in jobs]
     rows = [_batch_row(index, new) for index, new in enumerate(jobs)]
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
@@ -322,7 +370,8 @@ class _KeyTaken(Exception):
 
 
 def _batch_row(index: int, new: NewJob) -> tuple[Any, ...]:
-    """One job of a batch, checked: (id, kind, queue, priority, encoded payload, budget, run_at, concurrency_key)."""
+    """One job of a batch, checked: (id, kind, queue, priority, encoded payload, budget, run_at, concurrency_key,
+    fair_key, stride: the key's stride for a fair kind, else None)."""
     try:
         handler = registry.get(new.kind)
     except registry.UnknownKind as exc:
@@ -341,9 +390,23 @@ def _batch_row(index: int, new: NewJob) -> tuple[Any, ...]:
             encoded = rules.payload(new.payload)
         if o.concurrency_key is not None:
             _check_concurrency_key(handler, o.concurrency_key)
+        if o.fair_key is not None:
+            _check_fair_key(handler, o.fair_key)
     except InvalidJob as exc:
         raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
-    return (new_job_id(), new.kind, o.queue, o.priority, encoded, budget, o.run_at, o.concurrency_key)
+    stride = turn_for(o.fair_key).stride if handler.fair else None
+    return (
+        new_job_id(),
+        new.kind,
+        o.queue,
+        o.priority,
+        encoded,
+        budget,
+        o.run_at,
+        o.concurrency_key,
+        o.fair_key,
+        stride,
+    )
 
 
 def _insert_many(
@@ -355,13 +418,13 @@ def _insert_many(
     bound: int | None,
     key: str | None,
 ) -> list[Job]:
-    ids, kinds, queues, priorities, payloads, budgets, run_ats, keys = (
+    ids, kinds, queues, priorities, payloads, budgets, run_ats, keys, fair_keys, strides = (
         list(column) for column in zip(*rows, strict=True)
     )
     with tracing.publishing(kinds[0] if len(set(kinds)) == 1 else "batch", queues[0], len(rows)) as trace_context:
         stored_context = None if trace_context is None else json.dumps(trace_context)
         columns = [key, scope, submitter, stored_context, ids, kinds, queues, priorities, payloads, budgets,
-                   run_ats, keys, len(rows)]  # fmt: skip
+                   run_ats, keys, fair_keys, strides, len(rows)]  # fmt: skip
         now, count, later_ids, later_run_ats, _, held = statements.insert_many(
             columns, count=len(rows), scope=scope, bound=bound
         )
@@ -373,7 +436,7 @@ def _insert_many(
         raise AssertionError(f"submit_many stored {count} of {len(rows)} jobs")
     later = dict(zip(later_ids or [], later_run_ats or [], strict=True))
     made = []
-    for index, (new, (job_id, kind, queue, priority, encoded, budget, _, ckey)) in enumerate(
+    for index, (new, (job_id, kind, queue, priority, encoded, budget, _, ckey, fair_key, _)) in enumerate(
         zip(jobs, rows, strict=True)
     ):
         values = {
@@ -384,9 +447,10 @@ def _insert_many(
             "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
             "last_error": "", "dedupe_key": key if index == 0 else None,
             "dedupe_scope": scope, "submitted_by": submitter,
-            "concurrency_key": ckey, "unique_key": None, "snoozes": 0, "cancel_requested_at": None,
+            "concurrency_key": ckey, "fair_key": fair_key, "unique_key": None, "snoozes": 0,
+            "cancel_requested_at": None,
             "trace_context": trace_context, "progress": None,
-            "created_at": now, "updated_at": now, "finished_at": None,
+            "created_at": now, "updated_at": now, "finished_at": None, **_ALONE,
         }  # fmt: skip
         made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
     _announce([(job.id, job.kind, job.queue) for job in made])
@@ -411,7 +475,7 @@ def enqueue_many(kind: str, payloads: Iterable[dict[str, Any] | None], **options
     with tracing.publishing(kind, queue, len(ids)) as trace_context:
         count = statements.insert_of_kind(
             kind=kind, queue=queue, priority=o.priority, budget=budget, run_at=o.run_at,
-            concurrency_key=o.concurrency_key, ids=ids, payloads=encoded,
+            concurrency_key=o.concurrency_key, ids=ids, payloads=encoded, turn=_turn(kind, o.fair_key),
             trace_context=None if trace_context is None else json.dumps(trace_context),
         )  # fmt: skip
     if count != len(ids):
@@ -459,7 +523,8 @@ def _budget_for(kind: str, fallback: int) -> int:
 
 
 def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
-    """Withdraw a PENDING job so that no worker ever claims it; ask a RUNNING one to stop.
+    """Withdraw a PENDING job (or a workflow's WAITING member) so that no worker ever claims it; ask a
+    RUNNING one to stop.
 
     A RUNNING job gets `cancel_requested_at`: its worker learns of it at its next lease renewal
     and sets `job.cancel_requested`; the handler that then raises Cancelled (or fails) ends the
@@ -477,8 +542,8 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             if by is not None:
                 audit.record(by, job, CANCEL_REQUESTED)
             return job
-        if job.status != JobStatus.PENDING:
-            raise WrongStatus(job, "PENDING or RUNNING")
+        if job.status not in (JobStatus.PENDING, JobStatus.WAITING):
+            raise WrongStatus(job, "WAITING, PENDING or RUNNING")
         transitions.cancel_pending(job.pk)
         job.refresh_from_db()
         if by is not None:

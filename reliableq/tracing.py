@@ -11,9 +11,10 @@ here is a no-op that costs a check.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 try:
@@ -72,12 +73,18 @@ def incoming(headers: dict[str, Any]) -> Iterator[None]:
         otel_context.detach(token)
 
 
-@contextmanager
-def processing(job: Any) -> Iterator[Any]:
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()  # reusable: it holds no state
+
+
+def processing(job: Any) -> AbstractContextManager[Any]:
     """A CONSUMER span for one attempt, a child of the context stored at enqueue; yields the span (or None)."""
     if not enabled():
-        yield None
-        return
+        return _NO_SPAN  # no generator to make and resume for each attempt when nothing records spans
+    return _processing(job)
+
+
+@contextmanager
+def _processing(job: Any) -> Iterator[Any]:
     carrier = job.trace_context if isinstance(job.trace_context, dict) else None
     try:
         parent = propagate.extract(carrier) if carrier else otel_context.Context()

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .api import schema, views
+from .api import schema, views, workflow_views
 
 app_name = "reliableq"
 urlpatterns = [
@@ -11,6 +11,9 @@ urlpatterns = [
     path("v1/jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
     path("v1/jobs/<str:job_id>/replay", views.ReplayView.as_view(), name="job-replay"),
     path("v1/jobs/<str:job_id>/cancel", views.CancelView.as_view(), name="job-cancel"),
+    path("v1/workflows", workflow_views.WorkflowListView.as_view(), name="workflow-list"),
+    path("v1/workflows/<str:workflow_id>", workflow_views.WorkflowDetailView.as_view(), name="workflow-detail"),
+    path("v1/workflows/<str:workflow_id>/cancel", workflow_views.WorkflowCancelView.as_view(), name="workflow-cancel"),
     path("v1/queues", views.QueueListView.as_view(), name="queue-list"),
     path("v1/queues/<str:name>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path("v1/queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),

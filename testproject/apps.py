@@ -33,9 +33,12 @@ def _record_fields(name: str) -> Any:
     def receive(sender: Any, **fields: Any) -> None:
         line = {"signal": name, "pid": os.getpid(), **{k: str(v) for k, v in fields.items() if k != "signal"}}
         if name == "job_finished":  # what a receiver reads then: the finish has committed
-            from reliableq.models import Job
+            from reliableq.models import Attempt
 
-            line["committed_status"] = Job.objects.get(pk=fields["job_id"]).status
+            # The attempt's own row: only its finish sets its outcome. The job's status may have moved
+            # on already (a retry with a near-zero jittered delay is claimed again at once).
+            attempt = Attempt.objects.get(job_id=fields["job_id"], number=fields["attempt"])
+            line["committed_outcome"] = attempt.outcome
         with open(os.environ["TESTPROJECT_JOB_SIGNALS"], "a") as out:
             out.write(json.dumps(line) + "\n")
 

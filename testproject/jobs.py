@@ -12,6 +12,7 @@ import hashlib
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import reliableq
@@ -203,6 +204,15 @@ def isolated_hang(job: ClaimedJob) -> None:
     time.sleep(3600)
 
 
+@reliableq.handler("test.isolated_hang_soon", isolation="process", timeout=0.05, max_attempts=1)
+def isolated_hang_soon(job: ClaimedJob) -> None:
+    """Like test.isolated_hang, stubborn, with a timeout that passes before any child can start; it
+    writes payload['marker'] when it begins."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(job.payload["marker"]).write_text("began")
+    time.sleep(3600)
+
+
 @reliableq.handler("test.isolated_cancellable", isolation="process", timeout=60)
 def isolated_cancellable(job: ClaimedJob) -> None:
     """Wait in a child until an operator asks to cancel, then stop."""
@@ -297,6 +307,20 @@ def every_second(job: ClaimedJob) -> None:
     """A periodic job: does nothing but exist once per slot."""
 
 
+def fair(job: ClaimedJob) -> None:
+    """Hold a slot for payload['seconds'] (default none); its claims rotate among fair_keys."""
+    if job.payload.get("seconds"):
+        time.sleep(float(job.payload["seconds"]))
+
+
+def register_fair() -> None:
+    """The fair kinds: one alone, and one with each limit a fair kind combines with."""
+    reliableq.handler("test.fair", fair=True, http=True)(fair)
+    reliableq.handler("test.fair_keyed", fair=True, max_running_per_key=1)(fair)
+    reliableq.handler("test.fair_capped", fair=True, max_running=3)(fair)
+    reliableq.handler("test.fair_rated", fair=True, rate_limit="1000/s")(fair)
+
+
 # Registered only where a test asks for them (in the worker's environment and in the test
 # itself): a fleet-wide cap adds a lock to every claim, and a cron kind enqueues forever.
 if os.environ.get("RELIABLEQ_TEST_CAPPED"):
@@ -304,5 +328,32 @@ if os.environ.get("RELIABLEQ_TEST_CAPPED"):
 if os.environ.get("RELIABLEQ_TEST_FLOW"):
     reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
     reliableq.handler("test.rated", rate_limit="10/s")(rated)
+if os.environ.get("RELIABLEQ_TEST_FAIR"):
+    register_fair()
 if os.environ.get("RELIABLEQ_TEST_CRON"):
     reliableq.handler("test.every_second", cron="* * * * * *")(every_second)
+
+
+@reliableq.handler("wf.step", max_attempts=2, http=True)
+def wf_step(job: ClaimedJob) -> dict[str, Any]:
+    """A workflow member: fails for good if its payload says so, else returns what it saw upstream."""
+    if job.payload.get("fail"):
+        raise reliableq.PermanentError("the payload asked this member to fail")
+    if job.payload.get("seconds"):
+        time.sleep(float(job.payload["seconds"]))
+    return {"member": job.member_name, "upstream": job.upstream}
+
+
+@reliableq.handler("wf.callback", http=True, keep_result=True)
+def wf_callback(job: ClaimedJob) -> dict[str, Any]:
+    return dict(job.payload)
+
+
+@reliableq.handler("chaos.wf_member", max_attempts=2, http=True)
+def chaos_wf_member(job: ClaimedJob) -> dict[str, Any]:
+    """A chaos workflow's member: flaky by payload['rate']; with payload['dies'], DEAD in its first run
+    (attempts 1 and 2) and fine once replayed. Returns what it saw upstream, names only."""
+    if job.payload.get("dies") and job.attempt <= 2:
+        raise reliableq.PermanentError("this member dies in its first run")
+    _chaos_roll(job)
+    return {"upstream": sorted(job.upstream)}

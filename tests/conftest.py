@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from testproject import dburl
 
@@ -75,3 +75,34 @@ def per_key_kind() -> Iterator[None]:
     yield
     registry._handlers.clear()
     registry._handlers.update(saved)
+
+
+@pytest.fixture
+def fair_kinds() -> Iterator[None]:
+    """The fair kinds of testproject.jobs.register_fair, registered for the test; the registry is put back."""
+    from reliableq import registry
+    from testproject.jobs import register_fair
+
+    saved = dict(registry._handlers)
+    register_fair()
+    yield
+    registry._handlers.clear()
+    registry._handlers.update(saved)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    """The test databases commit without waiting for the WAL flush (synchronous_commit off, set on
+    each test database only, so the server's other databases keep theirs). A commit is still atomic
+    and visible at once; only a crash of the server itself could lose the last ones, and no test
+    crashes the server: the workers they kill are clients."""
+    with django_db_blocker.unblock():
+        for alias in connections:
+            conn = connections[alias]
+            if conn.vendor != "postgresql":
+                continue
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    f"ALTER DATABASE {conn.ops.quote_name(conn.settings_dict['NAME'])} SET synchronous_commit = off"
+                )
+            conn.close()  # the next connection takes the setting

@@ -27,6 +27,23 @@ def wait_until(predicate: Callable[[], T], *, timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
+def late_by(order: list[Any], rounds: int) -> int:
+    """The most rounds a key's start came after a start of a later round, over each key's first `rounds` starts.
+
+    `order` is the fair_key of each start, in start order. A key's n-th start is in round n; in a
+    perfect rotation no start of round n+1 comes before the last start of round n, so the answer
+    is 0; "no key waits more than one round of the other keys" is 1. FIFO over a flood: hundreds.
+    """
+    seen: dict[Any, int] = {}
+    highest = worst = 0
+    for key in order:
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= rounds:
+            worst = max(worst, highest - seen[key])
+        highest = max(highest, seen[key])
+    return worst
+
+
 class WorkerProcess:
     """A real `manage.py runworker` subprocess with its log in a file."""
 

@@ -27,7 +27,12 @@ from tests.support import ROOT
 pytestmark = pytest.mark.slow
 
 # In the order a reader takes them: the how-tos continue the tutorial's project.
-DOCS = ["docs/tutorial.md", "docs/how-to/test-handlers.md", "docs/how-to/http-submission.md"]
+DOCS = [
+    "docs/tutorial.md",
+    "docs/how-to/test-handlers.md",
+    "docs/how-to/http-submission.md",
+    "docs/how-to/workflows.md",
+]
 
 
 @pytest.fixture
@@ -82,6 +87,7 @@ def test_every_marked_block_of_the_tutorial_and_the_how_tos_runs_as_written(
             reader.finish()
     finally:
         reader.close()
+        (tmp_path / "transcript.txt").write_text(reader.transcript_all(), encoding="utf-8")  # to read after a run
 
     assert all(ran.values()), f"a page lost its marked blocks: {ran}"
     # What the pages say happened, read from the reader's own database.
@@ -91,4 +97,12 @@ def test_every_marked_block_of_the_tutorial_and_the_how_tos_runs_as_written(
         ).fetchall()
     statuses = [(status, json.dumps(payload, sort_keys=True)) for status, payload in rows]
     assert statuses[:2] == [("SUCCEEDED", '{"order_id": 42}'), ("DEAD", "{}")], reader.transcript()
-    assert ("PENDING", '{"order_id": 43}') in statuses, reader.transcript()  # the how-to's curl
+    # The HTTP how-to's curl made it; the workflows how-to's worker has run it since.
+    assert ("SUCCEEDED", '{"order_id": 43}') in statuses, reader.transcript()
+    with psycopg.connect(dburl.build({**connection.settings_dict, "NAME": pg["PGDATABASE"]})) as conn:
+        workflows = dict(conn.execute("SELECT name, status || ' ' || run FROM reliableq_workflow").fetchall())
+    assert workflows == {
+        "orders 2026-11-30": "SUCCEEDED 1",
+        "orders 2026-12-01": "FAILED 2",
+        "orders 2026-12-02": "CANCELLED 1",
+    }, reader.transcript()

@@ -1,5 +1,5 @@
 """The operators' admin: a fast, read-only job list, attempt history, replay and cancel, a
-dashboard, the workers panel.
+dashboard, the workers panel, workflows drawn as graphs.
 
 No business rules here: replay, cancel, pause and resume call reliableq.services, as the API
 does. Importing the package registers every ModelAdmin (Django's autodiscovery imports it).
@@ -10,6 +10,7 @@ from .dashboard import QueueDashboardAdmin
 from .filters import MAX_KIND_CHOICES, MAX_QUEUE_CHOICES
 from .jobs import JobAdmin
 from .workers import WorkerAdmin
+from .workflows import WorkflowAdmin
 
 __all__ = [
     "MAX_KIND_CHOICES",
@@ -20,6 +21,7 @@ __all__ = [
     "ReadOnlyAdmin",
     "RefusesNul",
     "WorkerAdmin",
+    "WorkflowAdmin",
     "register_effect_link",
     "status_badge",
 ]

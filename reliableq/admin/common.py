@@ -12,14 +12,16 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 
 from .. import registry
-from ..models import Job, JobStatus
+from ..models import Job, JobStatus, WorkflowStatus
 
 STATUS_COLOURS: dict[str, str] = {
+    JobStatus.WAITING: "#6a1b9a",
     JobStatus.PENDING: "#205493",
     JobStatus.RUNNING: "#b35900",
     JobStatus.SUCCEEDED: "#2e7d32",
     JobStatus.DEAD: "#b71c1c",
     JobStatus.CANCELLED: "#616161",
+    WorkflowStatus.FAILED: "#b71c1c",  # a workflow's: it ended with a member DEAD or CANCELLED
 }
 
 

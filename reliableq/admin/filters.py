@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, cast
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -75,3 +76,25 @@ class LeaseExpiredFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         return queryset.filter(status=JobStatus.RUNNING, lease_expires_at__lte=Now()) if self.value() else queryset
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """A workflow's jobs, as its page links them (?workflow=<id>). Offered only while chosen: listing
+    workflows here would read their table on every page of the job list."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, f"workflow {value[-8:]}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if not value:
+            return queryset
+        try:
+            workflow_id = uuid.UUID(value)
+        except ValueError:
+            return cast("QuerySet[Job]", queryset.none())  # not an id: no workflow has it
+        return cast("QuerySet[Job]", queryset.filter(workflow_id=workflow_id))

@@ -25,8 +25,9 @@ from ..errors import WrongStatus
 from ..models import Attempt, Job, JobStatus
 from . import times as admin_times
 from .common import EFFECT_LINKS, MAX_SELECTION, ReadOnlyAdmin, progress_html, registry_keeps_result, status_badge
-from .filters import KindFilter, LeaseExpiredFilter, QueueFilter
+from .filters import KindFilter, LeaseExpiredFilter, QueueFilter, WorkflowFilter
 from .paging import CappedCountPaginator
+from .workflow_page import workflow_link as _workflow_link
 
 # A short id (the list's 8 characters) is looked for among this many of the newest jobs: a suffix
 # of a UUID has no index, so the search reads at most this many index entries, whatever the table holds.
@@ -121,7 +122,7 @@ class JobAdmin(ReadOnlyAdmin):
         "age",
     ]
     list_display_links = ["short_id"]
-    list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter]
+    list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter, WorkflowFilter]
     search_fields = ["id", "dedupe_key", "kind"]
     search_help_text = (
         f"A job id, or the 8 characters the list shows (among the newest {SHORT_ID_SCAN:,} jobs); "
@@ -169,6 +170,7 @@ class JobAdmin(ReadOnlyAdmin):
                     "dedupe_key",
                     "unique_key",
                     "concurrency_key",
+                    "fair_key",
                     "snoozes",
                     "created",
                     "updated",
@@ -177,7 +179,16 @@ class JobAdmin(ReadOnlyAdmin):
             },
         ),
     ]
-    readonly_fields = [str(name) for _, options in fieldsets for name in options["fields"]]
+    # "workflow" joins the first fieldset on the page of a workflow's job only (get_fieldsets).
+    readonly_fields = [str(name) for _, options in fieldsets for name in options["fields"]] + ["workflow_link"]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        if obj is None or obj.workflow_id is None:
+            return self.fieldsets
+        (title, options), *rest = self.fieldsets
+        fields = list(options["fields"])
+        fields.insert(fields.index("status_display") + 1, "workflow_link")
+        return [(title, {**options, "fields": tuple(fields)}), *rest]
 
     # -- read only ------------------------------------------------------------------------
 
@@ -190,7 +201,13 @@ class JobAdmin(ReadOnlyAdmin):
     # The URL may filter only through the list's own filters: any other lookup (a payload key
     # with icontains, say) would be a full scan that anyone with view_job could start at will.
     ALLOWED_LOOKUPS = frozenset(
-        {"status__exact", KindFilter.parameter_name, QueueFilter.parameter_name, LeaseExpiredFilter.parameter_name}
+        {
+            "status__exact",
+            KindFilter.parameter_name,
+            QueueFilter.parameter_name,
+            LeaseExpiredFilter.parameter_name,
+            WorkflowFilter.parameter_name,
+        }
     )
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
@@ -319,6 +336,10 @@ class JobAdmin(ReadOnlyAdmin):
         except (RecursionError, ValueError):
             pass
         return format_html('<pre style="margin:0">{}</pre>', text)
+
+    @admin.display(description="workflow")
+    def workflow_link(self, job: Job) -> str:
+        return _workflow_link(job)
 
     @admin.display(description="effect")
     def effect_link(self, job: Job) -> str:

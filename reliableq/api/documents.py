@@ -49,6 +49,7 @@ def job(job: Job, attempts: Iterable[Attempt], *, tracebacks: bool) -> dict[str,
         "effect_key": job.effect_key,
         "submitted_by": job.submitted_by or None,
         "concurrency_key": job.concurrency_key,
+        "fair_key": job.fair_key,
         "unique_key": job.unique_key,
         "snoozes": job.snoozes,
         "cancel_requested": job.cancel_requested_at is not None,
@@ -89,3 +90,37 @@ def queue(summary: QueueSummary) -> dict[str, Any]:
         "running": summary.running,
         "oldest_due_age_seconds": summary.oldest_due_age_seconds,
     }
+
+
+def workflow(
+    record: Any, members: Iterable[Job], callbacks: Iterable[Job], after: dict[Any, list[str]]
+) -> dict[str, Any]:
+    """A workflow with its members (each with the names it runs after) and the callbacks fired."""
+    return {
+        "id": str(record.id),
+        "name": record.name,
+        "status": record.status,
+        "run": record.run,
+        "cancel_requested": record.cancel_requested_at is not None,
+        "created_at": time(record.created_at),
+        "finished_at": time(record.finished_at),
+        "members": [
+            {"name": m.member_name, "id": str(m.id), "kind": m.kind, "status": m.status, "after": after.get(m.id, [])}
+            for m in members
+        ],
+        "callbacks": [
+            {
+                "event": c.dedupe_key.partition(":")[2] if c.dedupe_key else "",
+                "run": _run_of(c),
+                "id": str(c.id),
+                "kind": c.kind,
+                "status": c.status,
+            }
+            for c in callbacks
+        ],
+    }
+
+
+def _run_of(callback: Job) -> int | None:
+    run = (callback.dedupe_key or "").partition(":")[0]
+    return int(run) if run.isdigit() else None

@@ -47,6 +47,42 @@ KEY_HEADER = {
     "description": "Scoped to the submitting user.",
 }
 
+# A job's fields as POST /v1/jobs takes them; a workflow's members and callbacks take them too.
+_JOB_FIELDS: dict[str, Any] = {
+    "kind": {
+        "type": "string",
+        "maxLength": rules.MAX_KIND_CHARS,
+        "description": "A kind whose handler says http=True; Django Tasks kinds never.",
+    },
+    "payload": {
+        "type": "object",
+        "additionalProperties": True,
+        "description": f"At most MAX_PAYLOAD_BYTES as JSON, nested at most {rules.MAX_PAYLOAD_DEPTH} deep.",
+    },
+    "queue": {"type": "string", "pattern": rules.QUEUE_PATTERN},
+    "priority": {"type": "integer", "minimum": rules.PRIORITY_RANGE[0], "maximum": rules.PRIORITY_RANGE[1]},
+    "run_at": {
+        "type": "string",
+        "format": "date-time",
+        "nullable": True,
+        "description": "At most MAX_SCHEDULE_SECONDS ahead; a time in the past means now.",
+    },
+    "max_attempts": {
+        "type": "integer",
+        "nullable": True,
+        "minimum": rules.MAX_ATTEMPTS_RANGE[0],
+        "maximum": rules.MAX_ATTEMPTS_RANGE[1],
+    },
+    "unique_key": {
+        "type": "string",
+        "nullable": True,
+        "minLength": 1,
+        "maxLength": rules.MAX_KEY_CHARS,
+        "description": "While a job of this kind with this key, submitted by you, is PENDING or RUNNING, "
+        "submitting answers 200 with that job instead of making another. Not accepted in a batch.",
+    },
+}
+
 SCHEMAS: dict[str, Any] = {
     "Problem": {
         "type": "object",
@@ -114,6 +150,11 @@ SCHEMAS: dict[str, Any] = {
                 "nullable": True,
                 "description": "With the handler's max_running_per_key: at most that many RUNNING per key.",
             },
+            "fair_key": {
+                "type": "string",
+                "nullable": True,
+                "description": "With the handler's fair=True, claims rotate among keys (over HTTP: the submitter).",
+            },
             "unique_key": {
                 "type": "string",
                 "nullable": True,
@@ -143,38 +184,85 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["kind", "payload"],
         "additionalProperties": False,
+        "properties": _JOB_FIELDS,
+    },
+    "WorkflowMember": {
+        "type": "object",
+        "required": ["name", "kind", "payload"],
+        "additionalProperties": False,
         "properties": {
-            "kind": {
-                "type": "string",
-                "maxLength": rules.MAX_KIND_CHARS,
-                "description": "A kind whose handler says http=True; Django Tasks kinds never.",
+            **{k: v for k, v in _JOB_FIELDS.items() if k != "unique_key"},
+            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "after": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Names of members of this workflow.",
             },
-            "payload": {
+            "on_upstream_failure": {"type": "string", "enum": ["cancel", "run"]},
+        },
+    },
+    "WorkflowSubmission": {
+        "type": "object",
+        "required": ["members"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "maxLength": 200},
+            "members": {"type": "array", "minItems": 1, "maxItems": 10000, "items": ref("WorkflowMember")},
+            "callbacks": {
                 "type": "object",
-                "additionalProperties": True,
-                "description": f"At most MAX_PAYLOAD_BYTES as JSON, nested at most {rules.MAX_PAYLOAD_DEPTH} deep.",
+                "additionalProperties": False,
+                "properties": {
+                    event: {
+                        "type": "object",
+                        "required": ["kind", "payload"],
+                        "additionalProperties": False,
+                        "properties": {
+                            k: v
+                            for k, v in _JOB_FIELDS.items()
+                            if k in ("kind", "payload", "queue", "priority", "max_attempts")
+                        },
+                    }
+                    for event in ("success", "failure", "complete")
+                },
             },
-            "queue": {"type": "string", "pattern": rules.QUEUE_PATTERN},
-            "priority": {"type": "integer", "minimum": rules.PRIORITY_RANGE[0], "maximum": rules.PRIORITY_RANGE[1]},
-            "run_at": {
-                "type": "string",
-                "format": "date-time",
-                "nullable": True,
-                "description": "At most MAX_SCHEDULE_SECONDS ahead; a time in the past means now.",
+        },
+    },
+    "Workflow": {
+        "type": "object",
+        "required": ["id", "name", "status", "run", "members", "callbacks"],
+        "properties": {
+            "id": UUID,
+            "name": {"type": "string"},
+            "status": {"type": "string", "enum": ["RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]},
+            "run": {"type": "integer"},
+            "cancel_requested": {"type": "boolean"},
+            "created_at": TIME,
+            "finished_at": NULLABLE_TIME,
+            "members": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "id": UUID,
+                        "kind": {"type": "string"},
+                        "status": {"type": "string", "enum": list(JobStatus.values)},
+                        "after": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
             },
-            "max_attempts": {
-                "type": "integer",
-                "nullable": True,
-                "minimum": rules.MAX_ATTEMPTS_RANGE[0],
-                "maximum": rules.MAX_ATTEMPTS_RANGE[1],
-            },
-            "unique_key": {
-                "type": "string",
-                "nullable": True,
-                "minLength": 1,
-                "maxLength": rules.MAX_KEY_CHARS,
-                "description": "While a job of this kind with this key, submitted by you, is PENDING or RUNNING, "
-                "submitting answers 200 with that job instead of making another. Not accepted in a batch.",
+            "callbacks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "event": {"type": "string"},
+                        "run": {"type": "integer", "nullable": True},
+                        "id": UUID,
+                        "kind": {"type": "string"},
+                        "status": {"type": "string"},
+                    },
+                },
             },
         },
     },
@@ -315,6 +403,52 @@ PATHS: dict[str, Any] = {
                 **AUTH_ERRORS,
             },
         },
+    },
+    "/v1/workflows": {
+        "post": {
+            "operationId": "submitWorkflow",
+            "summary": "Submit a workflow (up to 10,000 members and its callbacks) in one transaction.",
+            "parameters": [KEY_HEADER],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref("WorkflowSubmission")}}},
+            "responses": {
+                "202": json_response("Accepted and committed.", ref("Workflow"), Location="/v1/workflows/<id>"),
+                "200": json_response("The same Idempotency-Key and body again: the same workflow.", ref("Workflow")),
+                "400": problem_response(
+                    "A bad member, an unknown or repeated name, a cycle: `errors` names each (members[3].after)."
+                ),
+                "401": AUTH_ERRORS["401"],
+                "403": problem_response("Missing reliableq.submit_job, or a member's kind is not open to HTTP."),
+                "409": problem_response("The Idempotency-Key was used with another body."),
+                "413": problem_response("Over 10,000 members, or a payload over MAX_PAYLOAD_BYTES."),
+                "415": problem_response("The body is not JSON."),
+                "429": problem_response("Too many submissions, or MAX_PENDING_PER_SUBMITTER unfinished jobs held."),
+                "503": problem_response("The workflow could not be stored; nothing was made."),
+            },
+        }
+    },
+    "/v1/workflows/{id}": {
+        "get": {
+            "operationId": "getWorkflow",
+            "parameters": [ID_PARAM],
+            "responses": {
+                "200": json_response("The workflow, its members and the callbacks fired.", ref("Workflow")),
+                "404": problem_response("No such workflow (or another user's, without reliableq.view_job)."),
+                **AUTH_ERRORS,
+            },
+        }
+    },
+    "/v1/workflows/{id}/cancel": {
+        "post": {
+            "operationId": "cancelWorkflow",
+            "summary": "Cancel WAITING and PENDING members; ask RUNNING ones to stop.",
+            "parameters": [ID_PARAM],
+            "responses": {
+                "200": json_response("The workflow.", ref("Workflow")),
+                "404": problem_response("No such workflow."),
+                "409": problem_response("The workflow has finished."),
+                **AUTH_ERRORS,
+            },
+        }
     },
     "/v1/jobs/batch": {
         "post": {

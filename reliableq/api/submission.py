@@ -24,6 +24,8 @@ NOT_OVER_HTTP = {
     "concurrency_key": "concurrency_key cannot be set over HTTP: its limit is shared by every submitter, so one "
     "user could hold back another's jobs. Set it in code (reliableq.enqueue).",
     "dedupe_key": "Send the dedupe key as the Idempotency-Key header.",
+    "fair_key": "fair_key cannot be set over HTTP: a fair kind's jobs submitted over HTTP are shared by "
+    "submitter, each user's jobs as one key.",
 }
 REQUIRED = "This field is required."
 

@@ -127,7 +127,7 @@ class JobListView(BaseAPIView):
         )
 
     def post(self, request: Request) -> HttpResponse:
-        _charge(self, request, 1)
+        charge(self, request, 1)
         sub = _submission(request.data)
         key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None  # (request.headers copies every header first)
         if key is not None and sub.options.unique_key is not None:
@@ -182,7 +182,7 @@ class JobBatchView(BaseAPIView):
         try:
             items = batch_items(request.data)
             # Counted before the items are checked: a flood of invalid batches costs the same as valid ones.
-            _charge(self, request, len(items))
+            charge(self, request, len(items))
             if key is not None:
                 rules.key(key, field="Idempotency-Key")
             subs = parse_items(items)
@@ -222,7 +222,7 @@ def _submit(request: Request, sub: Submission, key: str | None) -> tuple[Job, bo
     )
 
 
-def _charge(view: BaseAPIView, request: Request, jobs: int) -> None:
+def charge(view: BaseAPIView, request: Request, jobs: int) -> None:
     """Count `jobs` against the submitter's throttle, or answer 429 with Retry-After."""
     for throttle in view.get_throttles():
         if isinstance(throttle, SubmitThrottle) and not throttle.charge(request, view, jobs):

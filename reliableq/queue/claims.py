@@ -30,7 +30,8 @@ def claim(
     runs handlers after the commit, so no network call ever happens under them. `limits`
     maps kinds to what their claims must respect (max_running, max_running_per_key,
     rate_limit; `caps` is the max_running-only form); those kinds are claimed after the
-    others, each under its own locks (take_limited). With `rescue`, expired leases are taken
+    others, each under its own locks (take_limited). A kind that is fair takes its jobs in turn
+    among their fair_keys (reliableq.queue.fairness), limited or not. With `rescue`, expired leases are taken
     back first, in the same transaction; without rescue and limits, the claim is a single
     statement sent in autocommit: one round trip, no BEGIN or COMMIT. Paused queues give nothing.
     With `floors` (a worker's), the claim of the unlimited kinds starts at each queue's floor.
@@ -39,11 +40,14 @@ def claim(
         return [], []
     controlled = {kind: Limits(max_running=cap) for kind, cap in (caps or {}).items()}
     controlled.update(limits or {})
+    # Fair kinds without a limit are claimed with the others, in turn (fairness.substituted).
+    fair = tuple(sorted(kind for kind, lim in controlled.items() if lim.fair and not lim.limited))
     queues = tuple(queues)
     if rescue:
-        guard_claims(queues, limit)
+        guard_claims(queues, limit, sorted(kind for kind, lim in controlled.items() if lim.fair))
+    controlled = {kind: lim for kind, lim in controlled.items() if lim.limited}
     if not rescue and not controlled:
-        return take(queues, limit, worker_id, lease_seconds, floors=floors), []
+        return take(queues, limit, worker_id, lease_seconds, floors=floors, fair=fair), []
     # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
     # others need locks held from one statement to the next, so a transaction.
     rated = {kind: lim.rate for kind, lim in controlled.items() if lim.rate and not (lim.max_running or lim.per_key)}
@@ -52,7 +56,9 @@ def claim(
     if rescue or locked:
         with db.atomic():
             rescued = rescue_expired(queues) if rescue else []
-            jobs = take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors)
+            jobs = take(
+                queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors, fair=fair
+            )
             # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
             # rate window, its keys by hash): two claimers never wait for each other in a cycle.
             for kind, kind_limits in sorted(locked.items()):
@@ -61,10 +67,11 @@ def claim(
                     break
                 jobs += take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
     else:
-        jobs = take(queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors)
+        exclude = tuple(sorted(controlled))
+        jobs = take(queues, limit, worker_id, lease_seconds, exclude=exclude, floors=floors, fair=fair)
     for kind, rate in sorted(rated.items()):
         room = limit - len(jobs)
         if room <= 0:
             break
-        jobs += take_rated(queues, room, worker_id, lease_seconds, kind, rate)
+        jobs += take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
     return jobs, rescued

@@ -7,7 +7,10 @@ The alias is read on each call, so override_settings takes effect at once.
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import weakref
+from collections.abc import Sequence
 from typing import Any, cast
 
 from django.db import connections, transaction
@@ -40,6 +43,58 @@ def cursor() -> CursorWrapper:
     conn.ensure_connection()
     with conn.wrap_database_errors:
         return cast(CursorWrapper, conn._prepare_cursor(binding(conn.connection)))  # type: ignore[attr-defined]
+
+
+def run(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
+    """Execute a statement of the worker's hot path on `cursor` (one of cursor()), prepared once per
+    connection where that is safe: PostgreSQL then neither parses nor plans it again at each call.
+
+    Not through a pooler in transaction mode: the next transaction may reach a server connection
+    that never saw the statement, or one where another client's statement has its name. A tool
+    watching the connection's statements (an execute wrapper, DEBUG's query log) sees them as usual.
+    """
+    conn = cursor.db
+    if conn.execute_wrappers or conn.queries_logged:
+        token = preparing.set(True)
+        try:
+            cursor.execute(sql, params)
+        finally:
+            preparing.reset(token)
+        return
+    conn.validate_no_broken_transaction()
+    with conn.wrap_database_errors:
+        raw = cursor.cursor
+        if _may_prepare(raw.connection):
+            raw.execute(sql, params, prepare=True)
+        else:
+            raw.execute(sql, params)
+
+
+# True while run() hands a statement it would prepare to the execute wrappers (the plan tests read it).
+preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("reliableq_preparing", default=False)
+# psycopg connection -> whether it reaches PostgreSQL directly (decided once per connection).
+_direct: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+PREPARE_THRESHOLD = 2**31 - 1  # explicit prepare=True only: no other statement of the connection is prepared
+
+
+def _may_prepare(raw: Any) -> bool:
+    known = _direct.get(raw)
+    if known is not None:
+        return known
+    info = getattr(raw, "info", None)
+    if info is None or not hasattr(raw, "prepare_threshold"):  # not psycopg 3
+        _direct[raw] = False
+        return False
+    # A pooler answers the startup with a cancel key of its own, so the process id it gives differs
+    # from the server process's: PgBouncer, Odyssey and the hosted proxies all relay cancels this way.
+    with raw.cursor() as probe:
+        probe.execute("SELECT pg_backend_pid()")
+        row = probe.fetchone()
+    direct = row is not None and row[0] == info.backend_pid
+    if direct and raw.prepare_threshold is None:  # Django's default: psycopg prepares nothing
+        raw.prepare_threshold = PREPARE_THRESHOLD
+    _direct[raw] = direct
+    return direct
 
 
 @functools.cache

@@ -7,10 +7,12 @@ statements only store what they are given, with time from the database.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from . import db
+from .fairness import Turn, first_turn_params, first_turn_sql
 from .sql import JOB, S
 
 CHANNEL = "reliableq"
@@ -19,36 +21,52 @@ NOTIFY_SQL = f"CASE WHEN inserted.run_at <= now() THEN pg_notify('{CHANNEL}', in
 
 _INSERT_COLUMNS = """id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,
                    last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key, unique_key,
-                   trace_context, created_at, updated_at"""
-_SUBMIT_SQL = f"""
+                   trace_context, created_at, updated_at, fair_key, fair_seq"""
+
+
+def _turn(keyed: bool | None) -> str:
+    """A job's fair_seq: NULL for a kind that is not fair (`keyed` None), else its turn (fairness)."""
+    return "NULL" if keyed is None else first_turn_sql(keyed=keyed)
+
+
+@functools.cache
+def _submit_sql(keyed: bool | None) -> str:
+    return f"""
     WITH inserted AS (
         INSERT INTO {JOB} ({_INSERT_COLUMNS})
         VALUES (%s, %s, %s, %s, %s::jsonb, {S.PENDING}, 0, %s, GREATEST(COALESCE(%s, now()), now()),
-                '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now())
+                '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(), %s, {_turn(keyed)})
         ON CONFLICT DO NOTHING
         RETURNING run_at, created_at, updated_at, queue
     )
     -- Wakes idle workers of this queue when (and only if) the transaction commits.
     SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
 """
+
+
 # The submitter's unfinished jobs, counted up to the bound through reliableq_job_submitter_open (its
 # predicate written out, so that the planner can use the partial index).
-_HELD_SQL = f"""
+HELD_SQL = f"""
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {JOB}
-         WHERE dedupe_scope = %s AND dedupe_scope <> '' AND status IN ({S.PENDING}, {S.RUNNING})
+         WHERE dedupe_scope = %s AND dedupe_scope <> '' AND status IN ({S.WAITING}, {S.PENDING}, {S.RUNNING})
          LIMIT %s
     ) held
 """
+
+
 # The same INSERT, made only while the submitter holds fewer unfinished jobs than its bound. One
 # statement: no round trip more than an unbounded submission. Concurrent submissions of one user
 # each count in their own snapshot, so the bound can be passed by the requests in flight at once.
-_BOUNDED_SUBMIT_SQL = f"""
-    WITH held AS MATERIALIZED ({_HELD_SQL}),
+@functools.cache
+def _bounded_submit_sql(keyed: bool | None) -> str:
+    return f"""
+    WITH held AS MATERIALIZED ({HELD_SQL}),
     inserted AS (
         INSERT INTO {JOB} ({_INSERT_COLUMNS})
         SELECT %s::uuid, %s, %s, %s::int, %s::jsonb, {S.PENDING}, 0, %s::int,
-               GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now()
+               GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(),
+               %s, {_turn(keyed)}
          WHERE (SELECT n FROM held) < %s
         ON CONFLICT DO NOTHING
         RETURNING run_at, created_at, updated_at, queue
@@ -58,24 +76,44 @@ _BOUNDED_SUBMIT_SQL = f"""
 """
 
 
+_GROUP_FIRST = first_turn_sql(
+    keyed=None, queue="g.queue", kind="g.kind", priority="g.priority", key="g.fair_key", stride="g.stride"
+)
+
+
 # One row comes back, not one per job: the transaction's time (every job's created_at, and the
 # run_at of every job due now), the run_at of the few scheduled later, and (bounded) the count the
 # bound was checked against. The first job carries the batch's Idempotency-Key, if any.
 def _submit_many_sql(held: str) -> str:
-    """The batch INSERT, counting the submitter's unfinished jobs with `held` (a query of one row, n)."""
+    """The batch INSERT, counting the submitter's unfinished jobs with `held` (a query of one row, n).
+
+    A fair kind's jobs take their key's next turns, one stride apart: the first turn is read once
+    per (queue, kind, priority, key) of the batch (`turns`), not once per job.
+    """
     return f"""
     WITH held AS MATERIALIZED ({held}),
+    new AS MATERIALIZED (
+        SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
+                             %s::timestamptz[], %s::text[], %s::text[], %s::float8[]) WITH ORDINALITY
+                      AS n(id, kind, queue, priority, payload, budget, run_at, key, fair_key, stride, ord)
+    ),
+    turns AS MATERIALIZED (
+        SELECT g.queue, g.kind, g.priority, g.fair_key, {_GROUP_FIRST} AS first
+          FROM (SELECT DISTINCT queue, kind, priority, fair_key, stride FROM new WHERE stride IS NOT NULL) g
+    ),
     inserted AS (
         INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts,
                            run_at, worker_id, last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key,
-                           trace_context, created_at, updated_at)
+                           trace_context, created_at, updated_at, fair_key, fair_seq)
         SELECT n.id, n.kind, n.queue, n.priority, n.payload::jsonb, {S.PENDING}, 0, n.budget,
                GREATEST(COALESCE(n.run_at, now()), now()), '', '',
-               CASE WHEN n.ord = 1 THEN %s END, %s, %s, n.key, %s::jsonb, now(), now()
-          FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-                      %s::timestamptz[], %s::text[]) WITH ORDINALITY
-               AS n(id, kind, queue, priority, payload, budget, run_at, key, ord)
-         WHERE (SELECT n FROM held) + %s <= %s
+               CASE WHEN n.ord = 1 THEN %s END, %s, %s, n.key, %s::jsonb, now(), now(), n.fair_key,
+               t.first + n.stride * (row_number() OVER (
+                   PARTITION BY n.queue, n.kind, n.priority, n.fair_key, n.stride IS NULL ORDER BY n.ord) - 1)
+          FROM new n
+          LEFT JOIN turns t ON n.stride IS NOT NULL AND t.queue = n.queue AND t.kind = n.kind
+                           AND t.priority = n.priority AND t.fair_key IS NOT DISTINCT FROM n.fair_key
+         WHERE (SELECT held.n FROM held) + %s <= %s
         ON CONFLICT DO NOTHING
         RETURNING id, run_at, queue
     ),
@@ -83,24 +121,32 @@ def _submit_many_sql(held: str) -> str:
         SELECT pg_notify('{CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) q
     )
     SELECT now(), count(*), array_agg(id) FILTER (WHERE run_at <> now()),
-           array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken), (SELECT n FROM held)
+           array_agg(run_at) FILTER (WHERE run_at <> now()), (SELECT count(*) FROM woken), (SELECT held.n FROM held)
       FROM inserted
 """
 
 
-_SUBMIT_MANY_BOUNDED = _submit_many_sql(_HELD_SQL)
+_SUBMIT_MANY_BOUNDED = _submit_many_sql(HELD_SQL)
 _SUBMIT_MANY_UNBOUNDED = _submit_many_sql("SELECT 0 AS n")
 
 
-def insert_one(params: Sequence[Any], *, scope: str, bound: int | None) -> tuple[Any, int | None]:
-    """INSERT one job (`params`: its id, then the columns submit() gives). Returns (run_at, created_at,
-    updated_at, notified) or None when a key's conflict left it out, and, bounded, the count of the
-    submitter's unfinished jobs it checked (None unbounded)."""
+def insert_one(
+    params: Sequence[Any], *, scope: str, bound: int | None, turn: Turn | None = None
+) -> tuple[Any, int | None]:
+    """INSERT one job (`params`: its id, then the columns submit() gives; `turn` for a fair kind).
+    Returns (run_at, created_at, updated_at, notified) or None when a key's conflict left it out,
+    and, bounded, the count of the submitter's unfinished jobs it checked (None unbounded)."""
+    keyed = None if turn is None else turn.key is not None
+    if turn is None:
+        fair: list[Any] = [None]
+    else:
+        _, kind, queue, priority = params[:4]
+        fair = [turn.key, *first_turn_params(queue, kind, priority, turn)]
     with db.cursor() as cursor:
         if bound is None:
-            cursor.execute(_SUBMIT_SQL, list(params))
+            cursor.execute(_submit_sql(keyed), [*params, *fair])
             return cursor.fetchone(), None
-        cursor.execute(_BOUNDED_SUBMIT_SQL, [scope, bound, *params, bound])
+        cursor.execute(_bounded_submit_sql(keyed), [scope, bound, *params, *fair, bound])
         *row, held = cursor.fetchone()
         return (None if row[0] is None else row), held
 
@@ -108,6 +154,9 @@ def insert_one(params: Sequence[Any], *, scope: str, bound: int | None) -> tuple
 def insert_many(columns: Sequence[Any], *, count: int, scope: str, bound: int | None) -> tuple[Any, ...]:
     """INSERT a batch (`columns` as submit_many gives them) in one statement: (now, stored, ids and run_ats
     of the jobs scheduled later, queues woken, the unfinished jobs counted)."""
+    # submit_many gives the batch's own values (key, scope, submitter, trace context), its ten arrays,
+    # then its size; the statement reads the arrays first.
+    columns = [*columns[4:14], *columns[:4], *columns[14:]]
     with db.cursor() as cursor:
         if bound is None:
             cursor.execute(_SUBMIT_MANY_UNBOUNDED, [*columns, count])
@@ -127,24 +176,33 @@ def insert_of_kind(
     trace_context: str | None,
     ids: Sequence[Any],
     payloads: Sequence[str],
+    turn: Turn | None = None,
 ) -> int:
-    """INSERT many jobs of one kind in one statement, with one wake-up of the queue; return how many."""
+    """INSERT many jobs of one kind in one statement, with one wake-up of the queue; return how many.
+    With `turn` (a fair kind), the jobs take their key's next turns, one stride apart."""
+    fair: list[Any] = [None]
+    seq = "NULL::float8"
+    if turn is not None:
+        seq = f"{first_turn_sql(keyed=turn.key is not None)} + %s * (new.ord - 1)"
+        fair = [turn.key, *first_turn_params(queue, kind, priority, turn), turn.stride]
     with db.cursor() as cursor:
         cursor.execute(
             f"""
             WITH inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
-                                   worker_id, last_error, concurrency_key, trace_context, created_at, updated_at)
+                                   worker_id, last_error, concurrency_key, trace_context, created_at, updated_at,
+                                   fair_key, fair_seq)
                 SELECT new.id, %s, %s, %s, new.payload::jsonb, {S.PENDING}, 0, %s,
-                       GREATEST(COALESCE(%s, now()), now()), '', '', %s, %s::jsonb, now(), now()
-                  FROM unnest(%s::uuid[], %s::text[]) AS new(id, payload)
+                       GREATEST(COALESCE(%s, now()), now()), '', '', %s, %s::jsonb, now(), now(), %s, {seq}
+                  FROM unnest(%s::uuid[], %s::text[]) WITH ORDINALITY AS new(id, payload, ord)
                 RETURNING run_at, queue
             )
             -- One wake-up for the queue, delivered when (and only if) the transaction commits.
             SELECT count(*), CASE WHEN bool_or(run_at <= now()) THEN pg_notify('{CHANNEL}', %s) END FROM inserted
             """,
-            (kind, queue, priority, budget, run_at, concurrency_key, trace_context, list(ids), list(payloads), queue),
-        )
+            (kind, queue, priority, budget, run_at, concurrency_key, trace_context, *fair, list(ids), list(payloads),
+             queue),
+        )  # fmt: skip
         (count, _) = cursor.fetchone()
     return int(count)
 

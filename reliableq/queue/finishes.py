@@ -12,7 +12,7 @@ from typing import Any
 from .. import faults
 from ..conf import reliableq_settings
 from ..models import Outcome
-from . import db, transitions
+from . import db, transitions, workflows
 from .records import Finish, FinishResult
 from .sql import ATTEMPT, JOB, RETURN_VALUE, RUNNING_FENCE, S, attempts_of
 
@@ -29,7 +29,8 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
         return {}
     ids, tokens = zip(*leases, strict=True)
     with db.cursor() as cursor:
-        cursor.execute(
+        db.run(
+            cursor,
             f"""
             UPDATE {JOB} j
                SET lease_expires_at = now() + make_interval(secs => %s)
@@ -128,19 +129,22 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
                       FROM orphans
                      WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
                        AND j.id = orphans.id AND j.lease_token = orphans.lease_token
-                 RETURNING j.id, j.status
+                 RETURNING j.id, j.status, j.workflow_id
                 ){transitions.after("moved", transitions.ENDED)}
                 SELECT id FROM moved
                 """,
             (worker_id, [str(t) for t in known]),
         )
-        return [row[0] for row in cursor.fetchall()]
+        released = [row[0] for row in cursor.fetchall()]
+        workflows.cancel_stuck(released)
+        return released
 
 
 def _store_returns(finishes: Sequence[Finish]) -> None:
     """Inside the finish transaction: keep the return values of the attempts that passed the fence."""
     with db.cursor() as cursor:
-        cursor.execute(
+        db.run(
+            cursor,
             f"""
             INSERT INTO {RETURN_VALUE} (job_id, value)
             SELECT id, value::jsonb FROM unnest(%s::uuid[], %s::text[]) AS r(id, value)
@@ -159,26 +163,30 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     result = FinishResult()
     if not finishes:
         return result
-    columns = list(
-        zip(
-            *((f.job_id, f.lease_token, f.status, f.outcome, f.error, float(f.delay), f.traceback) for f in finishes),
-            strict=True,
-        )
+    # The rows as one JSON text: psycopg dumps a list parameter element by element in Python, seven
+    # lists of a batch's ends cost more than the job's own work; json.dumps is one call in C.
+    rows_json = json.dumps(
+        [
+            [str(f.job_id), str(f.lease_token), f.status, f.outcome, f.error, float(f.delay), f.traceback]
+            for f in finishes
+        ]
     )
     # One statement is atomic on its own: in autocommit it costs one round trip, not three (BEGIN,
     # the statement, COMMIT). A transaction only where more must commit with it: kept return values
     # (fenced by the same statement), or the crash point between the write and its commit.
-    together = any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
+    members = any(f.workflow for f in finishes)
+    together = members or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
     # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     # attempts could be planned as a scan of them for each row of `closing`.
     with db.atomic() if together else contextlib.nullcontext():
         with db.cursor() as cursor:
-            cursor.execute(
+            db.run(
+                cursor,
                 f"""
                 WITH v AS (
-                    SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::float8[],
-                                         %s::text[])
-                        AS v(id, token, status, outcome, error, delay, traceback)
+                    SELECT (r ->> 0)::uuid AS id, (r ->> 1)::uuid AS token, r ->> 2 AS status, r ->> 3 AS outcome,
+                           r ->> 4 AS error, (r ->> 5)::float8 AS delay, r ->> 6 AS traceback
+                      FROM jsonb_array_elements(%s::jsonb) AS r
                 ),
                 fin AS (
                     UPDATE {JOB} j
@@ -201,8 +209,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                        AND j.id = v.id AND j.lease_token = v.token
                  RETURNING j.id, v.token,
                            CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END,
-                           v.error, v.traceback, j.status
-                ){transitions.after("fin", transitions.ENDED)},
+                           v.error, v.traceback, j.status, j.workflow_id
+                ){transitions.after("fin", transitions.ENDED, members=members)},
                 closing AS MATERIALIZED (
                     SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
                         SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
@@ -212,14 +220,16 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                    SET (outcome, error, traceback, finished_at) = (
                            SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
                  WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
-             RETURNING a.job_id, a.outcome
+             RETURNING a.job_id, a.outcome, {transitions.recheck(members=members)}
                 """,
-                [list(c) for c in columns],
+                [rows_json],
             )
             rows = cursor.fetchall()
-        finalized = {job_id for job_id, _ in rows}
-        result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
+        finalized = {job_id for job_id, _, _ in rows}
+        result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
         result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
+        if members and any(again for _, _, again in rows):
+            workflows.cancel_stuck([f.job_id for f in finishes if f.workflow and f.job_id in finalized])
         kept = [f for f in finishes if f.keeps_return and f.job_id in finalized]
         if kept:
             _store_returns(kept)

@@ -27,12 +27,19 @@ KEY_CANDIDATES = 4  # a per-key claim looks at this many due rows per free slot,
 
 
 def take_rated(
-    queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, rate: Rate
+    queues: tuple[str, ...],
+    room: int,
+    worker_id: str,
+    lease_seconds: float,
+    kind: str,
+    rate: Rate,
+    *,
+    fair: bool = False,
 ) -> list[ClaimedJob]:
     """Claim jobs of a kind limited by its rate alone: one statement locks a shard of the kind's
     window that has room, takes what that room allows and records the starts (rated_sql). The
     shards are made on first use."""
-    statement = rated_sql(queues, room, kind, rate)
+    statement = rated_sql(queues, room, kind, rate, fair)
     jobs, _ = run_claim(statement, worker_id, lease_seconds)
     if jobs:
         return jobs
@@ -69,7 +76,9 @@ def rate_shards(rate: Rate) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def rated_sql(queues: tuple[str, ...], limit: int, kind: str, rate: Rate) -> tuple[str, tuple[Any, ...]]:
+def rated_sql(
+    queues: tuple[str, ...], limit: int, kind: str, rate: Rate, fair: bool = False
+) -> tuple[str, tuple[Any, ...]]:
     """The claim of a rate-limited kind as one statement (see models.RateWindow for the counting).
 
     `rate_window` locks one shard with room, skipping shards other claimers hold; shard s may
@@ -80,7 +89,7 @@ def rated_sql(queues: tuple[str, ...], limit: int, kind: str, rate: Rate) -> tup
     over. The starts are recorded at statement_timestamp(), the attempts' own start, in the same
     statement. With no shard found (none made yet, or all full or busy), nothing is taken.
     """
-    pick, pick_params = picked_sql(queues, limit, (), kind)
+    pick, pick_params = picked_sql(queues, limit, (), kind, fair=(kind,) if fair else ())
     buckets, span, shards = RATE_BUCKETS, float(rate.seconds), rate_shards(rate)
     now_bucket = f"floor(extract(epoch FROM statement_timestamp()) * {buckets} / {span!r})::bigint"
     share = f"({rate.count // shards} + CASE WHEN r.shard < {rate.count % shards} THEN 1 ELSE 0 END)"
@@ -126,10 +135,11 @@ def take_limited(
         room = min(room, window.room)
     if room <= 0:
         return []
+    fair = (kind,) if limits.fair else ()
     if limits.per_key:
-        jobs, started = take_ids(_pick_per_key(queues, room, kind, limits.per_key), worker_id, lease_seconds)
+        jobs, started = take_ids(_pick_per_key(queues, room, kind, limits.per_key, fair), worker_id, lease_seconds)
     else:
-        jobs, started = run_claim(take_sql(queues, room, (), kind), worker_id, lease_seconds)
+        jobs, started = run_claim(take_sql(queues, room, (), kind, fair=fair), worker_id, lease_seconds)
     if window is not None and jobs:
         window.record(len(jobs), started)
     return jobs
@@ -177,7 +187,9 @@ class _RateWindow:
             )
 
 
-def _pick_per_key(queues: tuple[str, ...], room: int, kind: str, per_key: int) -> list[uuid.UUID]:
+def _pick_per_key(
+    queues: tuple[str, ...], room: int, kind: str, per_key: int, fair: tuple[str, ...] = ()
+) -> list[uuid.UUID]:
     """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left.
 
     The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
@@ -186,7 +198,7 @@ def _pick_per_key(queues: tuple[str, ...], room: int, kind: str, per_key: int) -
     committed by then, so two claimers never both fill it. Rows picked but not kept stay
     PENDING, locked only until this transaction ends.
     """
-    sql, params = picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key)
+    sql, params = picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key, fair=fair)
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         candidates = cursor.fetchall()  # (id, concurrency_key), best first

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -14,18 +16,34 @@ from django.db.models.expressions import RawSQL
 
 from ..floors import ClaimFloors
 from ..models import Job
-from . import db, planguard
+from . import db, fairness, planguard
 from .records import ClaimedJob
-from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, compile_sql, filter_only, json_value
+from .sql import ATTEMPT, DUE_INDEX, EDGE, JOB, QUEUE, RETURN_VALUE, S, compile_sql, filter_only, json_value
 
 
-def guard_claims(queues: Sequence[str], limit: int = 10) -> None:
+def guard_claims(queues: Sequence[str], limit: int = 10, fair: Sequence[str] = ()) -> None:
     """If stale statistics would make a claim's pick leave the due index, analyze now.
 
     Once per rescue interval (the maintenance leader, or a claim with rescue): cheaper than
-    claiming through a walk of the backlog until autovacuum analyzes the table.
+    claiming through a walk of the backlog until autovacuum analyzes the table. With `fair` kinds,
+    their pick in turn order too; the statistics it repairs serve their enqueue's reads as well.
     """
-    planguard.keep_index(*picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX)
+    if planguard.keep_index(*picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX) or not fair:
+        return
+    planguard.keep_index(fairness.heads_sql(limit), (queues[0], fair[0]), table=JOB, index=fairness.FAIR_DUE_INDEX)
+
+
+# A member's upstream members, each [name, the value its handler returned]: an index probe of the
+# edges by target, then one primary-key probe per upstream member (OFFSET 0 keeps each a subquery of
+# its own, so a fan-in of 10,000 reads 10,000 rows, never their square). Read in the claim itself:
+# no round trip more for a member, and nothing at all for a job of no workflow or a root (their
+# on_upstream_failure is "": the CASE around it).
+UPSTREAM = f"""SELECT json_agg(json_build_array(COALESCE(u.member_name, e.upstream::text), r.value))
+                 FROM {EDGE} e
+                 CROSS JOIN LATERAL (SELECT u.member_name FROM {JOB} u WHERE u.id = e.upstream OFFSET 0) u
+                 LEFT JOIN LATERAL (SELECT r.value FROM {RETURN_VALUE} r WHERE r.job_id = e.upstream OFFSET 0) r
+                   ON true
+                WHERE e.target = claimed.id"""
 
 
 def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
@@ -55,14 +73,18 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
                        updated_at = statement_timestamp()
                  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
-                       j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key, j.trace_context
+                       j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key, j.trace_context,
+                       j.workflow_id, j.member_name, j.on_upstream_failure
             ),{beside}
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
                 SELECT id, attempts, %s, lease_token, statement_timestamp(), {S.RUNNING}, '' FROM claimed
             )
-            SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes,
-                   concurrency_key, statement_timestamp(), run_at, trace_context
+            SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes, concurrency_key,
+                   extract(epoch FROM statement_timestamp())::float8,
+                   to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+                   trace_context, workflow_id, member_name,
+                   CASE WHEN on_upstream_failure <> '' THEN ({UPSTREAM}) END
               FROM claimed
              ORDER BY priority, run_at, id
             """
@@ -70,10 +92,15 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
 
 @functools.lru_cache(maxsize=1024)
 def take_sql(
-    queues: tuple[str, ...], limit: int, exclude: tuple[str, ...], kind: str | None, floored: bool = False
+    queues: tuple[str, ...],
+    limit: int,
+    exclude: tuple[str, ...],
+    kind: str | None,
+    floored: bool = False,
+    fair: tuple[str, ...] = (),
 ) -> tuple[str, tuple[Any, ...]]:
     """The claim statement for these queues and this limit, compiled by the ORM once and then reused."""
-    pick, pick_params = picked_sql(queues, limit, exclude, kind, floored=floored)
+    pick, pick_params = picked_sql(queues, limit, exclude, kind, floored=floored, fair=fair)
     return claim_sql(pick), pick_params
 
 
@@ -100,15 +127,15 @@ def paused(queue: str) -> RawSQL:
     )
 
 
+# True for a row whose concurrency_key already has N RUNNING jobs of its kind (parameters: N, N).
+KEY_SATURATED = f"""(SELECT count(*) FROM (SELECT 1 FROM {JOB} r WHERE r.status = {S.RUNNING}
+              AND r.kind = {JOB}.kind AND r.concurrency_key = {JOB}.concurrency_key LIMIT %s) AS running) >= %s"""
+
+
 def key_saturated(per_key: int) -> RawSQL:
     """True for a row whose concurrency_key already has `per_key` RUNNING jobs of its kind (a hint:
     read without the key's lock; _pick_per_key decides under it)."""
-    return RawSQL(
-        f"""(SELECT count(*) FROM (SELECT 1 FROM {JOB} r WHERE r.status = {S.RUNNING}
-              AND r.kind = {JOB}.kind AND r.concurrency_key = {JOB}.concurrency_key LIMIT %s) AS running) >= %s""",
-        (per_key, per_key),
-        output_field=BooleanField(),
-    )
+    return RawSQL(KEY_SATURATED, (per_key, per_key), output_field=BooleanField())
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +156,13 @@ def _floor_condition(queue: str) -> RawSQL:
     )
 
 
+# Job.objects.due() with the status as a literal: a prepared claim's generic plan, made without the
+# parameters' values, can then still prove the due index's predicate and read it.
+PENDING_DUE = RawSQL(
+    f"{JOB}.status = {S.PENDING} AND {JOB}.run_at <= statement_timestamp()", (), output_field=BooleanField()
+)
+
+
 @functools.lru_cache(maxsize=1024)
 def picked_sql(
     queues: tuple[str, ...],
@@ -138,6 +172,7 @@ def picked_sql(
     per_key: int | None = None,
     *,
     floored: bool = False,
+    fair: tuple[str, ...] = (),
 ) -> tuple[str, tuple[Any, ...]]:
     """Lock the best `limit` due rows of these queues: ids only, each queue read in due-index order.
 
@@ -150,14 +185,17 @@ def picked_sql(
     not kept stay locked, unchanged, until this claim commits; other claimers skip them meanwhile.
     A paused queue's arm gives nothing. With `per_key`, rows whose concurrency_key is saturated
     are passed over, and each row's key comes with its id. `floored` picks read each queue from
-    its floor, a parameter (Floor) the claim fills in (reliableq.floors).
+    its floor, a parameter (Floor) the claim fills in (reliableq.floors). Rows of the `fair` kinds
+    stand for as many of those kinds' due jobs in turn order (fairness.substituted).
     """
     if not queues:
         raise ValueError("A claim needs at least one queue.")
     columns = ["id", "priority", "run_at"] + (["concurrency_key"] if per_key else [])
+    if fair:
+        columns += ["kind", "queue", "fair_seq"]
     arms = []
     for queue in dict.fromkeys(queues):
-        due = Job.objects.due().filter(queue=queue).exclude(paused(queue))
+        due = Job.objects.filter(PENDING_DUE).filter(queue=queue).exclude(paused(queue))
         if floored:
             due = due.filter(_floor_condition(queue))
         if exclude:
@@ -170,13 +208,19 @@ def picked_sql(
         arms.append(ordered.select_for_update(skip_locked=True)[:limit])
     with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         compiled = [compile_sql(arm) for arm in arms]
-    picked = "id, concurrency_key" if per_key else "id"
+    picked = ", ".join(columns) if fair else "id, concurrency_key" if per_key else "id"
     if len(compiled) == 1:
         [(sql, params)] = compiled
-        return f"SELECT {picked} FROM ({sql}) AS due", params
-    union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(compiled))
-    params = tuple(p for _, arm_params in compiled for p in arm_params)
-    return f"SELECT {picked} FROM ({union}) AS due ORDER BY priority, run_at, id LIMIT {int(limit)}", params
+        main = f"SELECT {picked} FROM ({sql}) AS due"
+    else:
+        union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(compiled))
+        params = tuple(p for _, arm_params in compiled for p in arm_params)
+        main = f"SELECT {picked} FROM ({union}) AS due ORDER BY priority, run_at, id LIMIT {int(limit)}"
+    if not fair:
+        return main, params
+    saturated = (f" AND NOT {KEY_SATURATED}", (per_key, per_key)) if per_key else ("", ())
+    pick = fairness.substituted(main, fair, per_key=saturated[0], with_key=bool(per_key))
+    return pick, (*params, *fairness.substituted_params(fair, saturated[1]))
 
 
 def run_claim(
@@ -185,7 +229,7 @@ def run_claim(
     """Run a claim statement; return the jobs it took and its database time (None if it took none)."""
     sql, picked_params = statement
     with db.cursor() as cursor:
-        cursor.execute(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
+        db.run(cursor, sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
         rows = cursor.fetchall()
     jobs = [
         ClaimedJob(
@@ -200,12 +244,24 @@ def run_claim(
             worker_id=worker_id,
             snoozes=row[8],
             concurrency_key=row[9],
-            run_at=row[11],
+            run_at=dt.datetime.fromisoformat(row[11]).replace(tzinfo=dt.timezone.utc),
             trace_context=json_value(row[12]) if row[12] is not None else None,
+            workflow_id=row[13],
+            member_name=row[14],
+            upstream=_upstream(row[15]),
         )
         for row in rows
     ]
-    return jobs, rows[0][10] if rows else None
+    # Times come as a float (the claim's, on every row, read once) and as text in UTC (run_at): a
+    # timestamptz costs Django's time-zone loader per value, several times what the job's own work does.
+    return jobs, dt.datetime.fromtimestamp(rows[0][10], dt.timezone.utc) if rows else None
+
+
+def _upstream(pairs: Any) -> dict[str, Any]:
+    """A member's upstream values from the claim's [[name, value], ...] (None for a job of no workflow)."""
+    if pairs is None:
+        return {}
+    return {name: value for name, value in (json.loads(pairs) if isinstance(pairs, str) else pairs)}
 
 
 def take(
@@ -217,14 +273,17 @@ def take(
     exclude: tuple[str, ...] = (),
     kind: str | None = None,
     floors: ClaimFloors | None = None,
+    fair: tuple[str, ...] = (),
 ) -> list[ClaimedJob]:
     """Lock up to `limit` due rows (skipping rows others hold), mark them RUNNING, open attempts.
 
     With `floors`, each queue is read from its floor (or from the start, when a sweep is due), and
-    the floors move with what the claim took.
+    the floors move with what the claim took. Not with `fair` kinds: their rows stand for other
+    rows of the kind (fairness.substituted), so a floor past the last row taken could pass rows
+    that were only tokens, and hide the kind's backlog until the next sweep.
     """
-    if floors is None or kind is not None:
-        jobs, _ = run_claim(take_sql(queues, limit, exclude, kind), worker_id, lease_seconds)
+    if floors is None or kind is not None or fair:
+        jobs, _ = run_claim(take_sql(queues, limit, exclude, kind, fair=fair), worker_id, lease_seconds)
         return jobs
     sweep = floors.sweeping()
     began = time.monotonic()

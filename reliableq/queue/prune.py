@@ -17,11 +17,39 @@ from .. import rules
 from ..conf import reliableq_settings
 from ..models import FINISHED, Attempt, BatchKey, QueueState, ReturnValue
 from . import db, planguard, transitions
-from .sql import JOB, S
+from .sql import COUNT, EDGE, JOB, WORKFLOW, S
 
 ATTEMPT = Attempt._meta.db_table
 RETURN_VALUE = ReturnValue._meta.db_table
 BATCH_KEY = BatchKey._meta.db_table
+
+
+# A job of an unfinished workflow stays, whatever its age: its end is counted, and a replay may need it.
+_KEPT_FOR_WORKFLOW = (
+    f"(workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM {WORKFLOW} w"
+    f" WHERE w.id = {JOB}.workflow_id AND w.status = {S.RUNNING}))"
+)
+
+
+def prune_workflows(*, limit: int = 100) -> int:
+    """Delete finished workflows none of whose jobs is left (with their edges and counts); return how many."""
+    with db.atomic(), db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH gone AS MATERIALIZED (
+                SELECT w.id FROM {WORKFLOW} w
+                 WHERE w.status <> {S.RUNNING} AND w.finished_at IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM {JOB} j WHERE j.workflow_id = w.id)
+                 ORDER BY w.finished_at LIMIT %s FOR UPDATE SKIP LOCKED
+            ),
+            edges AS (DELETE FROM {EDGE} e WHERE e.workflow = ANY(ARRAY(SELECT id FROM gone))),
+            counts AS (DELETE FROM {COUNT} c WHERE c.workflow = ANY(ARRAY(SELECT id FROM gone))),
+            deleted AS (DELETE FROM {WORKFLOW} w WHERE w.id = ANY(ARRAY(SELECT id FROM gone)) RETURNING 1)
+            SELECT count(*) FROM deleted
+            """,
+            [limit],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def prune(
@@ -47,7 +75,7 @@ def prune(
     # would read every finished row; see reliableq.queue.sql.filter_only).
     batch_sql = f"""
         SELECT id FROM {JOB}
-         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)
+         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s) AND {_KEPT_FOR_WORKFLOW}
          ORDER BY finished_at
          LIMIT %s
            FOR UPDATE SKIP LOCKED
@@ -62,7 +90,8 @@ def prune(
         with db.cursor() as cursor:
             cursor.execute(
                 f"SELECT count(*) FROM {JOB}"
-                " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)",
+                " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)"
+                f" AND {_KEPT_FOR_WORKFLOW}",
                 params[:2],
             )
             return int(cursor.fetchone()[0])
@@ -144,7 +173,9 @@ def purge(
             return int(cursor.fetchone()[0])
     batch_sql = f"{pending} LIMIT %s FOR UPDATE SKIP LOCKED"
     if delete:
-        return delete_batches(batch_sql, [queue, batch_size], batch_size=batch_size, progress=progress)
+        # A workflow's members are not deleted: their ends release others and are counted.
+        members_kept = f"{pending} AND workflow_id IS NULL LIMIT %s FOR UPDATE SKIP LOCKED"
+        return delete_batches(members_kept, [queue, batch_size], batch_size=batch_size, progress=progress)
     total = 0
     while True:
         with db.atomic(), db.cursor() as cursor:
@@ -155,7 +186,7 @@ def purge(
                     UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
                            last_error = %s
                      WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = {S.PENDING}
-                 RETURNING j.id, j.status
+                 RETURNING j.id, j.status, j.workflow_id
                 ){transitions.after("moved", transitions.ENDED)}
                 SELECT count(*) FROM moved
                 """,
@@ -194,6 +225,7 @@ def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
     from . import workers
 
     workers.prune()
+    prune_workflows()
     for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
         if seconds is None:
             continue  # kept forever

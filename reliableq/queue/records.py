@@ -43,6 +43,10 @@ class ClaimedJob:
     concurrency_key: str | None = None
     run_at: Any = None  # when it became due: where the claim found it (reliableq.floors)
     trace_context: dict[str, str] | None = None  # the enqueuing span's, for the attempt's span (reliableq.tracing)
+    workflow_id: uuid.UUID | None = None  # a workflow's member or callback
+    member_name: str | None = None  # a member's name in its workflow (None: not a member)
+    # For a member: each upstream member's name and the value its handler returned.
+    upstream: dict[str, Any] = field(default_factory=dict)
     # Made on first use (most jobs never need one): set by the heartbeat when its renewal finds that
     # an operator asked to cancel this job.
     _cancel: threading.Event | None = field(default=None, compare=False, repr=False)
@@ -100,6 +104,7 @@ class Finish:
     keeps_return: bool = False  # store return_value if (and only if) this finish passes the fence
     return_value: Any = None
     traceback: str = ""  # a failed attempt's redacted, bounded traceback (Attempt.traceback)
+    workflow: bool = False  # the job is a workflow's: its end may release others (reliableq.queue.workflows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from django.db.models.expressions import RawSQL
 
 from ..floors import RescueFloor
 from ..models import Job, JobStatus
-from . import db, transitions
+from . import db, transitions, workflows
 from .pick import Floor
 from .records import Rescued
 from .sql import ATTEMPT, JOB, S, attempts_of, compile_sql, filter_only
@@ -56,6 +56,7 @@ def rescue_expired(queues: Sequence[str], since: Any = None) -> list[Rescued]:
     with db.cursor() as cursor:
         cursor.execute(sql, tuple(since if p is _SINCE else p for p in params))
         rescued = [Rescued(*row) for row in cursor.fetchall()]
+    workflows.cancel_stuck([r.job_id for r in rescued if r.status in transitions.FINAL])
     for r in rescued:
         fate: dict[str, str] = {JobStatus.DEAD: "buried: no attempts left", JobStatus.CANCELLED: "cancelled on request"}
         logger.warning(
@@ -117,7 +118,7 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
                                 WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
                        updated_at = now()
                  WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
-             RETURNING j.id, j.attempts, j.status, j.worker_id
+             RETURNING j.id, j.attempts, j.status, j.worker_id, j.workflow_id
             ){transitions.after("moved", transitions.ENDED)}
             SELECT id, attempts, status, worker_id FROM moved
             """,

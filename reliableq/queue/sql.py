@@ -12,17 +12,36 @@ from typing import Any, cast
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from ..models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow, ReturnValue
+from ..models import (
+    Attempt,
+    Job,
+    JobStatus,
+    OnUpstreamFailure,
+    Outcome,
+    QueueState,
+    RateWindow,
+    ReturnValue,
+    Workflow,
+    WorkflowCount,
+    WorkflowEdge,
+    WorkflowStatus,
+)
 
 
 def lit(value: str) -> str:
-    """A status or an outcome as an SQL literal ('RUNNING'): only the models' own values are allowed."""
+    """A status, an outcome or a member's on_upstream_failure as an SQL literal ('RUNNING'): only the
+    models' own values are allowed."""
     if value not in _VALUES:
-        raise ValueError(f"{value!r} is not a JobStatus or an Outcome.")
+        raise ValueError(f"{value!r} is not a JobStatus, a WorkflowStatus, an Outcome or an OnUpstreamFailure.")
     return f"'{value}'"
 
 
-_VALUES = frozenset(JobStatus.values) | frozenset(Outcome.values)
+_VALUES = (
+    frozenset(JobStatus.values)
+    | frozenset(Outcome.values)
+    | frozenset(WorkflowStatus.values)
+    | frozenset(OnUpstreamFailure.values)
+)
 # S.RUNNING is "'RUNNING'": every status and outcome a statement names, from the models' choices.
 S: Any = SimpleNamespace(**{value: lit(value) for value in sorted(_VALUES)})
 
@@ -40,6 +59,15 @@ QUEUE = QueueState._meta.db_table
 
 
 RATE = RateWindow._meta.db_table
+
+
+WORKFLOW = Workflow._meta.db_table
+
+
+EDGE = WorkflowEdge._meta.db_table
+
+
+COUNT = WorkflowCount._meta.db_table
 
 
 DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read

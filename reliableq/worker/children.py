@@ -73,6 +73,8 @@ class Children:
         self._lock = threading.Lock()
         self._idle: list[Child] = []
         self._running: dict[uuid.UUID, Child] = {}  # lease token -> the child running that attempt
+        # Attempts stopped before a child took them (a timeout shorter than a child's start): never begun.
+        self._stopped: set[uuid.UUID] = set()
         self.started = 0  # children started so far (the tests and the benchmark read it)
 
     def run(self, job: ClaimedJob) -> executor.Result:
@@ -85,7 +87,16 @@ class Children:
             finish = executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error)
             return executor.Result(finish=finish, seconds=0.0)
         with self._lock:
-            self._running[job.lease_token] = child
+            stopped = job.lease_token in self._stopped
+            self._stopped.discard(job.lease_token)
+            if stopped:
+                self._idle.append(child)  # it ran nothing: it stays for the next attempt
+            else:
+                self._running[job.lease_token] = child
+        if stopped:
+            error = f"stopped before a child process took the attempt on worker {job.worker_id}"
+            finish = executor.failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error)
+            return executor.Result(finish=finish, seconds=time.monotonic() - started)
         try:
             answer = self._attempt(child, job)
         finally:
@@ -125,8 +136,9 @@ class Children:
         """Stop the child running this attempt: SIGTERM now, SIGKILL KILL_GRACE_SECONDS later."""
         with self._lock:
             child = self._running.get(token)
-        if child is None:
-            return
+            if child is None:  # not begun: its child is still starting, or the attempt waits for a thread
+                self._stopped.add(token)
+                return
         child.doomed = True
         _terminate(child)
 

@@ -164,11 +164,14 @@ def fields(job_id: Any, kind: Any, attempt: Any, token: Any, **more: Any) -> dic
 
 
 def _log(finish: Finish, attempt: Any, kind: Any = None) -> None:
+    if finish.status == JobStatus.SUCCEEDED:
+        if logger.isEnabledFor(logging.DEBUG):  # a success's line, and its fields, only when someone reads them
+            extra = fields(finish.job_id, kind, attempt, finish.lease_token, outcome=str(finish.outcome))
+            logger.debug("job=%s attempt=%s succeeded", finish.job_id, attempt, extra=extra)
+        return
     extra = fields(finish.job_id, kind, attempt, finish.lease_token, outcome=str(finish.outcome))
     trace = "\n" + finish.traceback.rstrip() if finish.traceback else ""
-    if finish.status == JobStatus.SUCCEEDED:
-        logger.debug("job=%s attempt=%s succeeded", finish.job_id, attempt, extra=extra)
-    elif finish.status == JobStatus.PENDING:
+    if finish.status == JobStatus.PENDING:
         logger.warning(
             "job=%s attempt=%s %s, retry in %.1fs: %s%s",
             finish.job_id,

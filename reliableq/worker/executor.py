@@ -57,13 +57,19 @@ def failure(job: ClaimedJob, *, outcome: str, error: str) -> Finish:
         outcome=decision.outcome,
         error=error,
         delay=decision.delay,
+        workflow=job.workflow_id is not None,
     )
 
 
 def cancelled(job: ClaimedJob, *, error: str) -> Finish:
     """The handler stopped (raised Cancelled, or failed after a cancel request): CANCELLED, no retry."""
     return Finish(
-        job_id=job.id, lease_token=job.lease_token, status=JobStatus.CANCELLED, outcome=Outcome.CANCELLED, error=error
+        job_id=job.id,
+        lease_token=job.lease_token,
+        status=JobStatus.CANCELLED,
+        outcome=Outcome.CANCELLED,
+        error=error,
+        workflow=job.workflow_id is not None,
     )
 
 
@@ -78,6 +84,7 @@ def snoozed(job: ClaimedJob, seconds: float) -> Finish:
         lease_token=job.lease_token,
         status=JobStatus.PENDING,
         outcome=Outcome.SNOOZED,
+        workflow=job.workflow_id is not None,
         error=f"snoozed for {seconds:g}s",
         delay=seconds,
     )
@@ -170,10 +177,13 @@ def failed(job: ClaimedJob, exc: BaseException) -> Finish:
 def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
     # The second failure window: the effect is done, the job is not yet finalized.
     faults.crash_point("after_effect_before_finalize")
-    if handler.keep_return:
+    # A workflow member's value is kept too: its dependents read it as job.upstream (a missing row
+    # reads as None, so a member returning None stores nothing and its finish needs no transaction).
+    keeps = handler.keep_return or (job.member_name is not None and value is not None)
+    if keeps:
         why = unstorable_result(value)
         if why:
-            error = f"the handler's return value cannot be stored (keep_result): {why}"
+            error = f"the handler's return value cannot be stored ({_why_kept(handler)}): {why}"
             finish = failure(job, outcome=Outcome.FAILED_PERMANENT, error=clean(error))
             return Result(finish=finish, seconds=time.monotonic() - started)
     decision = policy.succeeded()
@@ -182,10 +192,15 @@ def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: f
         lease_token=job.lease_token,
         status=decision.status,
         outcome=decision.outcome,
-        keeps_return=handler.keep_return,
-        return_value=value if handler.keep_return else None,
+        keeps_return=keeps,
+        return_value=value if keeps else None,
+        workflow=job.workflow_id is not None,
     )
     return Result(finish=finish, seconds=time.monotonic() - started, value=value)
+
+
+def _why_kept(handler: registry.Handler) -> str:
+    return "keep_result" if handler.keep_return else "a workflow member's value goes to its dependents"
 
 
 def unstorable_result(value: Any) -> str | None:

@@ -54,6 +54,7 @@ class Pool:
         self._abandoned: set[uuid.UUID] = set()  # lease tokens whose report is dropped
         self._stuck: dict[uuid.UUID, ClaimedJob] = {}  # abandoned attempts whose thread still runs them
         self._loop: EventLoop | None = None
+        self._modes: dict[str, str] = {}  # kind: runs_in(kind)
         self.children = Children()
 
     @property
@@ -70,6 +71,14 @@ class Pool:
         with self._lock:
             return list(self._stuck.values())
 
+    def _mode(self, kind: str) -> str:
+        """runs_in(kind), read once per kind for the pool's life (a handler's isolation, the ISOLATION
+        setting and whether it is a coroutine do not change while a worker runs)."""
+        mode = self._modes.get(kind)
+        if mode is None:
+            mode = self._modes[kind] = runs_in(kind)
+        return mode
+
     def submit(self, jobs: list[ClaimedJob]) -> None:
         """Start these attempts, each in a slot of its own."""
         with self._lock:
@@ -78,7 +87,7 @@ class Pool:
             self._busy += len(jobs)
         coroutines = []
         for job in jobs:
-            if runs_in(job.kind) == "async":
+            if self._mode(job.kind) == "async":
                 coroutines.append(job)
             else:
                 self._thread_for(job)
@@ -110,7 +119,7 @@ class Pool:
 
     def abandon(self, job: ClaimedJob) -> None:
         """The attempt is past its timeout and its TIMED_OUT end goes out now: stop waiting for it."""
-        mode = runs_in(job.kind)
+        mode = self._mode(job.kind)
         with self._lock:
             self._abandoned.add(job.lease_token)
             if mode == "thread":
@@ -126,7 +135,7 @@ class Pool:
             if job is None:
                 return
             try:
-                if runs_in(job.kind) == "process":
+                if self._mode(job.kind) == "process":
                     outcome: Any = self.children.run(job)
                 else:
                     outcome = executor.run_attempt(job)

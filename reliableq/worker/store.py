@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .. import floors, services
+from .. import floors, registry, services
 from .. import queue as jobqueue
 from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers
 from ..registry import Limits
@@ -142,7 +142,7 @@ class DatabaseStore:
         return services.retain()
 
     def guard_claims(self, queues: Sequence[str]) -> None:
-        jobqueue.guard_claims(queues)
+        jobqueue.guard_claims(queues, fair=[kind for kind, lim in registry.limits().items() if lim.fair])
 
     def reset(self) -> None:
         db.connection().close()

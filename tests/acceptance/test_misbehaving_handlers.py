@@ -180,8 +180,12 @@ def test_a_child_that_dies_by_os_exit_or_sigkill_fails_its_attempt_with_the_reas
 
 def test_an_isolated_handler_past_its_timeout_is_killed_and_its_slot_freed_at_once(spawn_worker):
     """Stubborn: it ignores SIGTERM, so the SIGKILL five seconds later ends it; the slot is free before."""
-    hung = reliableq.enqueue("test.isolated_hang", {"stubborn": True})
     worker = spawn_worker("--concurrency", "1")
+    # A child ready first: the hang's 1 s timeout must not pass while its child sets Django up (an
+    # attempt stopped before it began never runs: the test below).
+    warm = reliableq.enqueue("test.isolated_noop", {})
+    wait_until(is_status(warm.id, JobStatus.SUCCEEDED), timeout=30, what="a child to start")
+    hung = reliableq.enqueue("test.isolated_hang", {"stubborn": True})
     wait_until(is_status(hung.id, JobStatus.RUNNING), timeout=30, what="the claim")
     [child] = wait_until(lambda: children_of(worker.pid), timeout=30, what="the child")
     after = reliableq.enqueue("demo.noop", {})
@@ -192,7 +196,25 @@ def test_an_isolated_handler_past_its_timeout_is_killed_and_its_slot_freed_at_on
     assert timed_out.outcome == Outcome.TIMED_OUT
     assert next_one.started_at - timed_out.finished_at < dt.timedelta(seconds=2)  # not after the SIGKILL
     assert alive(child), "the stubborn child should still be waiting for its SIGKILL"
-    wait_until(lambda: not alive(child), timeout=15, what="the SIGKILL of the child")
+    wait_until(lambda: not alive(child), timeout=30, what="the SIGKILL of the child")  # 5 s after the SIGTERM
+    assert worker.proc.poll() is None
+
+
+def test_an_isolated_attempt_timed_out_before_its_child_started_never_runs_in_it(spawn_worker, tmp_path):
+    """Before: the kill found no child running the attempt yet and did nothing; the child, once
+    started, ran the stubborn handler for good, outside any slot (found under a loaded CI)."""
+    marker = tmp_path / "began"
+    hung = reliableq.enqueue("test.isolated_hang_soon", {"marker": str(marker)})
+    worker = spawn_worker("--concurrency", "1")
+    wait_until(is_status(hung.id, JobStatus.DEAD), timeout=30, what="the timeout")
+    # Two attempts behind it, in a child started after the first: by then the first has started too.
+    for _ in range(2):
+        after = reliableq.enqueue("test.isolated_noop", {})
+        wait_until(is_status(after.id, JobStatus.SUCCEEDED), timeout=30, what="an attempt behind it")
+
+    [attempt] = Attempt.objects.filter(job_id=hung.id)
+    assert attempt.outcome == Outcome.TIMED_OUT
+    assert not marker.exists(), "the timed-out attempt began in a child after its slot was freed"
     assert worker.proc.poll() is None
 
 

@@ -1,4 +1,5 @@
-"""An operator replays a DEAD job in a real browser (Debian's chromium, driven by Playwright).
+"""An operator replays a DEAD job, and a workflow's DEAD member, in a real browser (Debian's
+chromium, driven by Playwright).
 
 The admin is served by a real gunicorn (testproject.processes.start_api) on the test database,
 and its CSS and JavaScript by that same server (WhiteNoise, after collectstatic, as a deployment
@@ -19,7 +20,9 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.core.management import call_command
 
-from reliableq.models import Attempt, Job, JobStatus
+import reliableq
+from reliableq.models import Attempt, Job, JobStatus, Workflow, WorkflowStatus
+from reliableq.testing import drain
 from testproject import processes
 from tests.support import queue_database_env
 
@@ -176,3 +179,103 @@ def test_operator_replays_a_dead_job_from_the_admin_in_a_browser(
     assert entry.user_id == operator.pk
     for name in ("admin-dead-job-page.png", "admin-job-list-after-replay.png", "admin-job-list-1280.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000, name
+
+
+def test_operator_walks_a_workflow_graph_and_replays_its_dead_member_in_a_browser(
+    playwright_api: Any,
+    live_admin: tuple[str, Path],
+) -> None:
+    url, server_log = live_admin
+    sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
+    operator = make_staff("operator", *OPERATOR_PERMS, password=PASSWORD)
+    wf = reliableq.workflow(name="nightly import")
+    fetch = wf.add("wf.step", {}, name="fetch")
+    loads = [wf.add("wf.step", {"fail": n == 1}, name=f"load-{n}", after=[fetch]) for n in range(3)]
+    wf.add("wf.step", {}, name="report", after=loads)
+    wf.on("failure", "wf.callback", {})
+    record = wf.enqueue()
+    drain()
+    dead = Job.objects.get(workflow=record, member_name="load-1")
+    assert dead.status == JobStatus.DEAD
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    # No ORM inside this block: Playwright's sync API runs an event loop in this thread.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = None
+        try:
+            context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            expect.set_options(timeout=15_000)
+
+            page.goto("/admin/login/?next=/admin/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", PASSWORD)
+            page.click('input[type="submit"]')
+            expect(page.locator("#user-tools")).to_contain_text("operator")
+
+            page.goto("/admin/reliableq/workflow/")
+            row = page.locator("#result_list tbody tr")
+            expect(row).to_have_count(1)
+            expect(row.locator(".rq-status")).to_have_text("FAILED")
+            expect(row.locator("td.field-members")).to_have_text("5")
+            page.screenshot(path=ARTIFACTS / "admin-workflow-list.png")
+            row.get_by_role("link", name="nightly import", exact=True).click()
+
+            expect(page.locator("h1")).to_have_text("View workflow")
+            graph = page.locator("#workflow-graph")
+            expect(graph).to_be_visible()
+            expect(graph.locator("a.rq-node")).to_have_count(5)
+            expect(graph.locator('a.rq-node[data-status="DEAD"]')).to_have_count(1)
+            node = graph.locator('a.rq-node[data-member="load-1"]')
+            assert node.locator("title").text_content() == "load-1: DEAD"  # its accessible name
+            expect(node.locator("rect")).to_have_attribute("fill", "#b71c1c")
+            expect(graph.locator('a.rq-node[data-member="report"]')).to_have_attribute("data-status", "CANCELLED")
+            expect(page.locator("#workflow-members tbody tr")).to_have_count(5)
+            # The graph is on screen at 1,280 px, beside nothing that pushes it sideways.
+            box = graph.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= 1280 and box["y"] < 900, box
+            page.screenshot(path=ARTIFACTS / "admin-workflow-graph.png", full_page=True)
+
+            node.click()  # a node is a link to its job
+            expect(page.locator("h1")).to_have_text("View job")
+            expect(page.locator(".field-id .readonly")).to_have_text(str(dead.pk))
+            expect(page.locator("#job-workflow")).to_have_text("nightly import")
+            expect(page.locator(".field-workflow_link .readonly")).to_contain_text("Member load-1 of workflow")
+
+            page.go_back()
+            expect(page.locator("#workflow-graph")).to_be_visible()
+            page.locator('#workflow-members a.replay-member[data-member="load-1"]').click()
+            expect(page.locator("h1")).to_have_text("Replay member load-1?")
+            expect(page.locator("#confirm-what")).to_contain_text("the payload asked this member to fail")
+            page.screenshot(path=ARTIFACTS / "admin-workflow-replay-confirmation.png")
+            page.click("#confirm-action")
+
+            expect(page.locator("ul.messagelist")).to_contain_text(
+                "Member load-1 replayed: it is PENDING again; the workflow is RUNNING (run 2)."
+            )
+            expect(page.locator(".field-status_display .readonly")).to_contain_text("RUNNING")
+            expect(page.locator(".field-run .readonly")).to_have_text("2")
+            expect(page.locator('#workflow-graph a.rq-node[data-member="load-1"]')).to_have_attribute(
+                "data-status", "PENDING"
+            )
+            expect(page.locator('#workflow-graph a.rq-node[data-member="report"]')).to_have_attribute(
+                "data-status", "WAITING"
+            )
+            page.screenshot(path=ARTIFACTS / "admin-workflow-replayed.png", full_page=True)
+        except Exception as exc:
+            if page is not None:
+                page.screenshot(path=ARTIFACTS / "admin-browser-workflow-failure.png", full_page=True)
+            raise AssertionError(
+                f"{exc}\n--- gunicorn log ---\n{server_log.read_text(errors='replace')[-3000:]}"
+            ) from exc
+        finally:
+            browser.close()
+
+    record = Workflow.objects.get(pk=record.pk)
+    assert (record.status, record.run) == (WorkflowStatus.RUNNING, 2)
+    assert Job.objects.get(pk=dead.pk).status == JobStatus.PENDING
+    (entry,) = LogEntry.objects.filter(object_id=str(dead.pk))
+    assert entry.user_id == operator.pk
+    assert (ARTIFACTS / "admin-workflow-graph.png").stat().st_size > 10_000

@@ -75,6 +75,7 @@ def test_dashboard_counts_jobs_by_status_and_by_kind(operator_client: Client) ->
     page = dashboard(operator_client)
 
     assert by_status(page) == {
+        "WAITING": (0, f"{JOBS}?status__exact=WAITING"),
         "PENDING": (3, f"{JOBS}?status__exact=PENDING"),
         "RUNNING": (1, f"{JOBS}?status__exact=RUNNING"),
         "SUCCEEDED": (3, f"{JOBS}?status__exact=SUCCEEDED"),

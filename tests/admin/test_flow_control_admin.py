@@ -152,7 +152,7 @@ def test_a_finished_jobs_page_has_no_cancel_button_and_a_forged_cancel_changes_n
     job = job_in(JobStatus.DEAD)
     assert 'id="cancel-job"' not in body(operator_client.get(page_url(job)))
     response = operator_client.post(f"/admin/reliableq/job/{job.pk}/cancel/", {"confirm": "yes"}, follow=True)
-    assert "this needs a PENDING or RUNNING job" in " ".join(messages_of(response))
+    assert "this needs a WAITING, PENDING or RUNNING job" in " ".join(messages_of(response))
     assert Job.objects.get(pk=job.pk).status == JobStatus.DEAD
 
 

@@ -27,6 +27,7 @@ def ids(*jobs: Job) -> set[str]:
 def test_job_list_shows_one_distinct_badge_per_status_and_each_rows_columns(operator_client: Client) -> None:
     long_error = "ValueError: the card was declined by the issuer " + "x" * 400
     jobs = {
+        JobStatus.WAITING: job_in(JobStatus.WAITING, kind="wf.step"),
         JobStatus.PENDING: job_in(JobStatus.PENDING, kind="test.flaky", queue="emails", priority=7),
         JobStatus.RUNNING: job_in(JobStatus.RUNNING, kind="test.sleep", worker_id="w-running-1"),
         JobStatus.SUCCEEDED: job_in(JobStatus.SUCCEEDED, kind="demo.noop"),

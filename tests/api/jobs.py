@@ -35,6 +35,11 @@ def finish(claimed: jobqueue.ClaimedJob, status: str, outcome: str, error: str =
 def job_in(status: str, *, kind: str = "demo.noop", payload: dict[str, Any] | None = None, **options: Any) -> Job:
     """A job in `status`; RUNNING, SUCCEEDED and DEAD ones went through jobqueue.claim (and finish)."""
     queue = options.pop("queue", None) or fresh_queue()
+    if status == JobStatus.WAITING:  # a workflow's member whose upstream has not run
+        wf = reliableq.workflow()
+        first = wf.add("demo.noop", {}, name="first", queue=queue)
+        wf.add(kind, payload if payload is not None else {"made": status}, name="waiting", after=[first], queue=queue)
+        return Job.objects.get(workflow=wf.enqueue(), member_name="waiting")
     job = reliableq.enqueue(kind, payload if payload is not None else {"made": status}, queue=queue, **options)
     if status == JobStatus.CANCELLED:
         services.cancel(job.id)

@@ -53,6 +53,8 @@ NOTHING_TO_NEGATE = {
     "GET /v1/jobs/{id}",
     "POST /v1/jobs/{id}/replay",
     "POST /v1/jobs/{id}/cancel",
+    "GET /v1/workflows/{id}",
+    "POST /v1/workflows/{id}/cancel",
     "GET /v1/stats",
     "GET /v1/queues",
     "POST /v1/queues/{name}/resume",
@@ -77,7 +79,9 @@ def served_document(url: str) -> dict[str, Any]:
     """
     document = requests.get(url + "/v1/schema", timeout=10).json()
     submittable = sorted(k for k, h in registry._handlers.items() if h.http and not registry.is_task_kind(k))
-    document["components"]["schemas"]["JobSubmission"]["properties"]["kind"]["enum"] = submittable
+    schemas = document["components"]["schemas"]
+    schemas["JobSubmission"]["properties"]["kind"]["enum"] = submittable
+    schemas["WorkflowMember"]["properties"]["kind"]["enum"] = submittable
     return document
 
 
@@ -90,7 +94,19 @@ def test_fuzzed_requests_get_no_5xx_and_only_answers_the_schema_documents(live_a
         timeout=10,
     )
     assert charge.status_code == 201, charge.text
-    known_ids = {"/v1/jobs": jobs, "/v1/charges": [charge.json()["id"], *jobs[:2]]}
+    made = requests.post(
+        live_api.url + "/v1/workflows",
+        json={"members": [{"name": "a", "kind": "demo.noop", "payload": {}},
+                          {"name": "b", "kind": "demo.noop", "payload": {}, "after": ["a"]}]},
+        headers=live_api.headers,
+        timeout=10,
+    )  # fmt: skip
+    assert made.status_code == 202, made.text
+    known_ids = {
+        "/v1/jobs": jobs,
+        "/v1/charges": [charge.json()["id"], *jobs[:2]],
+        "/v1/workflows": [made.json()["id"], *jobs[:2]],
+    }
 
     schema = schemathesis.openapi.from_dict(served_document(live_api.url))
     session = requests.Session()
@@ -132,7 +148,7 @@ def test_fuzzed_requests_get_no_5xx_and_only_answers_the_schema_documents(live_a
 
     assert not failures, "\n\n".join(failures) + f"\n\n(gunicorn log: {live_api.output()[-3000:]})"
     print(f"fuzzed {sum(ran.values())} requests in {elapsed:.1f}s: {ran}")
-    assert len([label for label in ran if label.endswith("[positive]")]) == 15, ran  # every operation of the document
+    assert len([label for label in ran if label.endswith("[positive]")]) == 18, ran  # every operation of the document
     assert all(ran[label] > 0 for label in ran if not label.endswith("[negative]")), ran
     for label in ("POST /v1/jobs", "GET /v1/jobs", "POST /v1/charges"):
         assert ran[f"{label} [negative]"] >= MAX_EXAMPLES // 2, ran

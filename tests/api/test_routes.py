@@ -38,6 +38,7 @@ JOB_FIELDS = {
     "effect_key",
     "submitted_by",
     "concurrency_key",
+    "fair_key",
     "unique_key",
     "snoozes",
     "cancel_requested",
@@ -376,7 +377,7 @@ def test_stats_count_by_status_and_kind_with_the_oldest_due_pending_age_and_dead
 
     stats = api.get("/v1/stats").json()
 
-    assert stats["by_status"] == {"PENDING": 3, "RUNNING": 1, "SUCCEEDED": 1, "DEAD": 2, "CANCELLED": 1}
+    assert stats["by_status"] == {"WAITING": 0, "PENDING": 3, "RUNNING": 1, "SUCCEEDED": 1, "DEAD": 2, "CANCELLED": 1}
     assert stats["by_kind"] == {
         "demo.noop": {"PENDING": 2, "RUNNING": 1, "DEAD": 1, "SUCCEEDED": 1},
         "test.flaky": {"PENDING": 1, "DEAD": 1, "CANCELLED": 1},
@@ -401,6 +402,7 @@ def routes_served() -> dict[str, set[str]]:
                 route = prefix + str(p.pattern)
                 if route.startswith("v1/"):
                     path = "/" + route.replace("<str:job_id>", "{id}").replace("<str:charge_id>", "{id}")
+                    path = path.replace("<str:workflow_id>", "{id}")
                     path = path.replace("<str:name>", "{name}")
                     view = p.callback.cls
                     found[path] = {m for m in ("get", "post", "put", "patch", "delete") if hasattr(view, m)}
@@ -430,6 +432,9 @@ def test_schema_documents_every_route_and_method_served_including_charges(anon):
         "/v1/jobs/{id}",
         "/v1/jobs/{id}/replay",
         "/v1/jobs/{id}/cancel",
+        "/v1/workflows",
+        "/v1/workflows/{id}",
+        "/v1/workflows/{id}/cancel",
         "/v1/stats",
         "/v1/queues",
         "/v1/queues/{name}/pause",
@@ -454,6 +459,9 @@ def test_schema_documents_the_contract_status_codes_of_each_operation(anon):
     assert {"200", "401", "403", "404"} <= codes("/v1/jobs/{id}", "get")
     assert {"202", "401", "403", "404", "409"} <= codes("/v1/jobs/{id}/replay", "post")
     assert {"200", "202", "401", "403", "404", "409"} <= codes("/v1/jobs/{id}/cancel", "post")
+    assert {"202", "200", "400", "401", "403", "409", "413", "415", "429", "503"} <= codes("/v1/workflows", "post")
+    assert {"200", "401", "403", "404"} <= codes("/v1/workflows/{id}", "get")
+    assert {"200", "401", "403", "404", "409"} <= codes("/v1/workflows/{id}/cancel", "post")
     assert {"200", "401", "403"} <= codes("/v1/stats", "get")
     assert {"200", "400", "401", "403"} <= codes("/v1/queues", "get")
     assert {"200", "400", "401", "403"} <= codes("/v1/queues/{name}/pause", "post")

@@ -34,6 +34,7 @@ SECTIONS = [
     "## Claim cost as finished jobs pile up",
     "## Long transactions",
     "## Soak",
+    "## Workflows",
     "## Recovery after SIGKILL",
     "## Retry amplification",
     "## Through PgBouncer",

@@ -18,7 +18,7 @@ from reliableq.models import Job
 from testproject import processes
 from tests.support import queue_database_env
 
-pytestmark = [pytest.mark.heavy, pytest.mark.slow]
+pytestmark = [pytest.mark.heavy, pytest.mark.slow, pytest.mark.nightly]  # wrk + pgbouncer: `pytest -m nightly`
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,6 +21,8 @@ REPORT_ORDER = [
     "xmin",
     "soak",
     "flow",
+    "fairness",
+    "workflows",
     "recovery",
     "amplification",
     "pooler",

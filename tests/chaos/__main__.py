@@ -22,6 +22,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=LONG.workers)
     parser.add_argument("--fault-seconds", type=float, default=LONG.fault_seconds)
     parser.add_argument("--concurrency", type=int, default=LONG.concurrency, help="slots per worker")
+    parser.add_argument("--workflows", type=int, default=LONG.workflows, help="workflows per seed")
     parser.add_argument(
         "--pool-size", type=int, default=None, help="through PgBouncer (transaction mode) with this pool size"
     )
@@ -36,6 +37,7 @@ def main() -> int:
         fault_seconds=args.fault_seconds,
         concurrency=args.concurrency,
         pool_size=args.pool_size,
+        workflows=args.workflows,
     )
     args.log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -7,9 +7,14 @@ from typing import Any
 
 import psycopg
 
+from tests.support import late_by
+
 JOB = "reliableq_job"
 ATTEMPT = "reliableq_attempt"
 CHARGE = "charges_charge"
+WORKFLOW = "reliableq_workflow"
+EDGE = "reliableq_workflowedge"
+COUNT = "reliableq_workflowcount"
 
 
 @dataclass
@@ -37,6 +42,86 @@ PER_KEY_LIMIT = 2  # test.per_key's max_running_per_key
 RATE_LIMIT = 10  # test.rated's starts per second
 
 
+def check_workflows(conn: psycopg.Connection[Any], report: Report) -> None:
+    """What the workflows' release and callbacks promise, once everything settled."""
+    (members,) = conn.execute(f"SELECT count(*) FROM {JOB} WHERE member_name IS NOT NULL").fetchone()  # type: ignore[misc]
+    (workflows,) = conn.execute(f"SELECT count(*) FROM {WORKFLOW}").fetchone()  # type: ignore[misc]
+    # No attempt of a member started before each upstream member had succeeded (had ended, for a
+    # member that runs on failure): release happens in the upstream's own finish, never earlier. A
+    # member that ran on failure in an earlier run keeps that run's attempts, while its upstream's
+    # record is of the last run: it is checked only in workflows that had one run.
+    bad = _rows(
+        conn,
+        f"""
+        SELECT d.member_name, a.number, u.member_name, d.on_upstream_failure
+          FROM {EDGE} e JOIN {JOB} d ON d.id = e.target JOIN {JOB} u ON u.id = e.upstream
+          JOIN {ATTEMPT} a ON a.job_id = d.id
+         WHERE NOT EXISTS (
+                SELECT 1 FROM {ATTEMPT} ua WHERE ua.job_id = u.id AND ua.finished_at <= a.started_at
+                   AND (ua.outcome = 'SUCCEEDED' OR d.on_upstream_failure = 'run'))
+           AND NOT (d.on_upstream_failure = 'run' AND u.status = 'CANCELLED' AND u.finished_at <= a.started_at)
+           AND NOT (d.on_upstream_failure = 'run'
+                    AND (SELECT w.run FROM {WORKFLOW} w WHERE w.id = d.workflow_id) > 1)
+        """,
+    )
+    report.add("member_after_upstream", members, bad, "member attempt started before its upstream finished")
+    # Each callback at most once per run (the unique key's job), and exactly once when its condition
+    # held in the run the workflow ended with: complete always, success if it SUCCEEDED, failure if not.
+    bad = _rows(
+        conn,
+        f"SELECT workflow_id, dedupe_key, count(*) FROM {JOB} WHERE workflow_id IS NOT NULL AND member_name IS NULL"
+        " GROUP BY 1, 2 HAVING count(*) > 1",
+    )
+    report.add("callback_at_most_once", workflows, bad, "a callback enqueued twice in one run")
+    bad = _rows(
+        conn,
+        f"""
+        SELECT w.id, w.status, w.run, ev.event,
+               (SELECT count(*) FROM {JOB} c WHERE c.workflow_id = w.id AND c.member_name IS NULL
+                   AND c.dedupe_key = w.run || ':' || ev.event) AS fired
+          FROM {WORKFLOW} w CROSS JOIN (VALUES ('success'), ('failure'), ('complete')) AS ev(event)
+         WHERE w.status <> 'RUNNING' AND w.callbacks ? ev.event
+           AND (SELECT count(*) FROM {JOB} c WHERE c.workflow_id = w.id AND c.member_name IS NULL
+                   AND c.dedupe_key = w.run || ':' || ev.event)
+               <> CASE WHEN ev.event = 'complete' THEN 1
+                       WHEN ev.event = 'success' THEN (w.status = 'SUCCEEDED')::int
+                       ELSE (w.status <> 'SUCCEEDED')::int END
+        """,
+    )
+    report.add("callback_exactly_once", workflows, bad, "a callback missing, or fired though its condition failed")
+    bad = _rows(
+        conn,
+        f"SELECT workflow_id, dedupe_key FROM {JOB} c WHERE c.member_name IS NULL AND c.workflow_id IS NOT NULL"
+        f" AND c.dedupe_key LIKE '%%:success'"
+        f" AND c.dedupe_key <> (SELECT w.run || ':success' FROM {WORKFLOW} w WHERE w.id = c.workflow_id)",
+    )
+    report.add("success_only_in_the_last_run", workflows, bad, "a success callback of a run that did not end it")
+    # Nothing waits once a run is over, and no run is left open with every member finished.
+    bad = _rows(
+        conn,
+        f"""
+        SELECT w.id, w.status, j.member_name, j.status FROM {WORKFLOW} w JOIN {JOB} j ON j.workflow_id = w.id
+         WHERE j.member_name IS NOT NULL
+           AND ((w.status <> 'RUNNING' AND j.status IN ('WAITING', 'PENDING', 'RUNNING'))
+                OR j.status = 'WAITING')
+        """,
+    )
+    report.add("no_waiting_member", members, bad, "a member WAITING (or unfinished in a finished workflow)")
+    bad = _rows(
+        conn,
+        f"SELECT w.id, w.run FROM {WORKFLOW} w WHERE w.status = 'RUNNING' AND NOT EXISTS ("
+        f" SELECT 1 FROM {JOB} j WHERE j.workflow_id = w.id AND j.member_name IS NOT NULL"
+        " AND j.status IN ('WAITING', 'PENDING', 'RUNNING'))",
+    )
+    report.add("workflow_ended", workflows, bad, "a workflow RUNNING though every member finished")
+    bad = _rows(
+        conn,
+        f"SELECT c.target, c.shard, c.remaining FROM {COUNT} c JOIN {WORKFLOW} w ON w.id = c.workflow"
+        " WHERE w.status <> 'RUNNING' AND c.remaining <> 0",
+    )
+    report.add("counts_settled", workflows, bad, "a finished workflow's count not at zero")
+
+
 def check(
     conn: psycopg.Connection[Any],
     *,
@@ -55,9 +140,10 @@ def check(
     bad = _rows(
         conn,
         f"SELECT id, kind, status, attempts FROM {JOB} WHERE status NOT IN ('SUCCEEDED', 'DEAD')"
-        " AND NOT (status = 'CANCELLED' AND cancel_requested_at IS NOT NULL)",
+        " AND NOT (status = 'CANCELLED' AND cancel_requested_at IS NOT NULL)"
+        " AND NOT (status = 'CANCELLED' AND member_name IS NOT NULL AND last_error LIKE 'upstream %%')",
     )
-    report.add("terminal", total, bad, "job neither SUCCEEDED nor DEAD (nor CANCELLED on request)")
+    report.add("terminal", total, bad, "job neither SUCCEEDED nor DEAD (nor CANCELLED on request or by its upstream)")
 
     # 2. At most one charge per effect key; exactly one for every SUCCEEDED charge job, of the right amount.
     bad = _rows(conn, f"SELECT idempotency_key, count(*) FROM {CHARGE} GROUP BY 1 HAVING count(*) > 1")
@@ -154,7 +240,30 @@ def check(
         f"SELECT count(*) FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id WHERE j.kind LIKE 'chaos.isolated%%'"
     ).fetchone()
     report.add("isolated_lease_outlives_a_dead_child", isolated, bad, "isolated attempt expired, its worker alive")
+    check_workflows(conn, report)
+    check_fair_turns(conn, report)
     return report
+
+
+FAIR_LATE_ROUNDS = 2  # how many rounds late a fair key's first attempt may start under chaos
+
+
+def check_fair_turns(conn: psycopg.Connection[Any], report: Report) -> None:
+    """test.fair's first attempts, in the order they started, rotate among the keys: while every key
+    had due jobs, no key's start came more than FAIR_LATE_ROUNDS rounds late (claims racing, workers
+    stopped and killed). A job's later attempts (a rescue, a retry) keep its turn and are not counted."""
+    rows = _rows(
+        conn,
+        f"SELECT j.fair_key FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id"
+        " WHERE j.kind = 'test.fair' AND a.number = 1 ORDER BY a.started_at, j.fair_seq, j.id",
+    )
+    order = [key for (key,) in rows]
+    counts: dict[Any, int] = {}
+    for key in order:
+        counts[key] = counts.get(key, 0) + 1
+    late = late_by(order, rounds=min(counts.values(), default=0))
+    bad = [f"{late} rounds late; starts: {order[:60]}"] if late > FAIR_LATE_ROUNDS else []
+    report.add("fair_turns", len(order), bad, f"a fair_key's start came more than {FAIR_LATE_ROUNDS} rounds late")
 
 
 def _flow_control(conn: psycopg.Connection[Any], report: Report, total: int, pauses: Any) -> None:
@@ -213,7 +322,8 @@ def _flow_control(conn: psycopg.Connection[Any], report: Report, total: int, pau
     )
     report.add("snooze_spends_no_attempt", total, bad, "snoozes and budget disagree")
 
-    # 10. Nothing CANCELLED without a request; what was cancelled was stopped by its handler or its lease.
+    # 10. Nothing CANCELLED without a request (or, a workflow's member, without a failed upstream member:
+    # it never ran); what was cancelled was stopped by its handler or its lease.
     bad = _rows(
         conn,
         f"""
@@ -221,6 +331,9 @@ def _flow_control(conn: psycopg.Connection[Any], report: Report, total: int, pau
           LEFT JOIN {ATTEMPT} a ON a.job_id = j.id AND a.number = j.attempts
          WHERE j.status = 'CANCELLED'
            AND (j.cancel_requested_at IS NULL OR a.outcome NOT IN ('CANCELLED', 'LEASE_EXPIRED'))
+           AND NOT (j.member_name IS NOT NULL AND j.last_error LIKE 'upstream %%' AND j.cancel_requested_at IS NULL
+                    AND EXISTS (SELECT 1 FROM {EDGE} e JOIN {JOB} u ON u.id = e.upstream
+                                 WHERE e.target = j.id AND u.status IN ('DEAD', 'CANCELLED')))
         """,
     )
     report.add("cancelled_on_request", total, bad, "CANCELLED without a request or by another path")

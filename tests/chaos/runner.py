@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ DATA_DIR = ROOT / ".pgdata" / "chaos"
 CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize")
 LEASE_SECONDS = 1.5
 CONCURRENCY = 4
+WORKFLOW_EVENTS = ("success", "failure", "complete")
+FAIR_SMALL = 6  # jobs of each small fair_key (invariants.check_fair_turns reads this many rounds)
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,11 @@ class Profile:
     # Set: workers and the API reach PostgreSQL through PgBouncer (transaction mode, this pool
     # size); LISTEN goes direct (LISTEN_DATABASE).
     pool_size: int | None = None
+    workflows: int = 4  # per seed, submitted over HTTP at the start
 
 
 QUICK = Profile(seeds=3, jobs=400)
-LONG = Profile(seeds=20, jobs=1200, fault_seconds=30.0)
+LONG = Profile(seeds=20, jobs=1200, fault_seconds=30.0, workflows=8)
 # Issue 13: the quick profile's seed behind a transaction pooler, 3 processes x 8 slots on 4 server connections.
 POOLED = Profile(seeds=1, jobs=400, concurrency=8, pool_size=4)
 
@@ -77,6 +82,8 @@ class Outcome:
     peak_pooled: int = 0
     peak_listening: int = 0
     samples: int = 0
+    workflow_jobs: int = 0  # the workflows' members and callbacks, besides the `jobs`
+    fair_jobs: int = 0  # the fair kind's flood and small keys, besides the `jobs`
     deaf_workers: int = 0  # workers whose listener said it hears no NOTIFY
 
     @property
@@ -95,6 +102,7 @@ class ChaosRun:
         self.dead_workers: list[Worker] = []
         self.incarnations = 0
         self.faults: Counter[str] = Counter()
+        self.workflows: list[str] = []  # ids of the workflows submitted
         self.api: subprocess.Popen[bytes] | None = None
         self.pauses: list[list[Any]] = []  # [paused from, resumed at] by database time
         self.bouncer: PgBouncer | None = None
@@ -148,6 +156,7 @@ class ChaosRun:
         with self.admin() as conn:
             conn.execute(
                 "TRUNCATE reliableq_attempt, reliableq_job, reliableq_queuestate, reliableq_ratewindow, "
+                "reliableq_workflow, reliableq_workflowedge, reliableq_workflowcount, "
                 "charges_charge, charges_chargerequest, "
                 "charges_servicefault, authtoken_token, auth_user_user_permissions, auth_user CASCADE"
             )
@@ -158,11 +167,13 @@ class ChaosRun:
             conn.execute(
                 "INSERT INTO authtoken_token (key, user_id, created) VALUES (%s, %s, now())", (token[:40], user_id)
             )
-            # The charge job's service account: it may make charges, nothing more.
+            # The charge job's service account: it may make charges; the run submits its workflows and
+            # replays their dead members over HTTP as this user too.
             conn.execute(
                 "INSERT INTO auth_user_user_permissions (user_id, permission_id) SELECT %s, p.id"
                 "  FROM auth_permission p JOIN django_content_type ct ON ct.id = p.content_type_id"
-                " WHERE ct.app_label = 'charges' AND p.codename = 'add_charge'",
+                " WHERE (ct.app_label, p.codename) IN (('charges', 'add_charge'), ('reliableq', 'submit_job'),"
+                " ('reliableq', 'replay_job'))",
                 (user_id,),
             )
             conn.execute(
@@ -183,6 +194,7 @@ class ChaosRun:
             CHARGES_SERVICE_TOKEN=self.token,
             RELIABLEQ_LOG_LEVEL="WARNING",
             RELIABLEQ_TEST_FLOW="1",
+            RELIABLEQ_TEST_FAIR="1",
         )
         for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED", "LISTEN_DATABASE_URL"):
             env.pop(key, None)
@@ -251,6 +263,83 @@ class ChaosRun:
                 kind, payload, budget = "demo.noop", {}, 5
             rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), kind, json.dumps(payload), budget, key))
         return rows
+
+    def fair_rows(self, n: int) -> list[tuple[Any, ...]]:
+        """(id, kind, payload, budget, fair_key, fair_seq) of test.fair jobs: a flood of one key and four
+        small keys, all due at once; each key's turns 0, 1, 2... as enqueue gives a fresh backlog."""
+        keys = ["t0"] * max(FAIR_SMALL * 4, n // 10) + [f"t{k}" for k in range(1, 5) for _ in range(FAIR_SMALL)]
+        self.rng.shuffle(keys)
+        turns: Counter[str] = Counter()
+        rows = []
+        for key in keys:
+            rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), "test.fair", '{"seconds": 0.02}', 6,
+                         key, float(turns[key])))  # fmt: skip
+            turns[key] += 1
+        return rows
+
+    def workflow_bodies(self) -> list[dict[str, Any]]:
+        """Fan-out/fan-in and chains: members flaky or dying in their first run, a report that runs
+        whatever happened (on_upstream_failure="run"), and all three callbacks."""
+
+        def member(name: str, after: list[str], **extra: Any) -> dict[str, Any]:
+            payload = {"rate": self.rng.choice([0.0, 0.2, 0.4]), "dies": self.rng.random() < 0.08}
+            return {"name": name, "kind": "chaos.wf_member", "payload": payload, "after": after, **extra}
+
+        callbacks = {event: {"kind": "wf.callback", "payload": {"event": event}} for event in WORKFLOW_EVENTS}
+        bodies = []
+        for n in range(self.profile.workflows):
+            if n % 2 == 0:
+                width = self.rng.randint(10, 40)
+                members = [member("fetch", [])] + [member(f"load-{i}", ["fetch"]) for i in range(width)]
+                members.append(member("report", [f"load-{i}" for i in range(width)]))
+                members.append(member("tally", [f"load-{i}" for i in range(width)], on_upstream_failure="run"))
+            else:
+                length = self.rng.randint(5, 15)
+                members = [member(f"link-{i}", [f"link-{i - 1}"] if i else []) for i in range(length)]
+            bodies.append({"name": f"chaos {self.seed}/{n}", "members": members, "callbacks": callbacks})
+        return bodies
+
+    def http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()[:500]
+
+    def submit_workflows(self) -> None:
+        for body in self.workflow_bodies():
+            code, answer = self.http("POST", "/v1/workflows", body)
+            if code != 202:
+                raise RuntimeError(f"seed {self.seed}: POST /v1/workflows answered {code}: {answer!r}")
+            self.workflows.append(answer["id"])
+
+    def replay_dead_members(self) -> int:
+        """Replay every DEAD member of the run's workflows over HTTP; how many."""
+        with self.admin() as conn:
+            dead = [row[0] for row in conn.execute(
+                "SELECT id FROM reliableq_job WHERE status = 'DEAD' AND member_name IS NOT NULL"
+            )]  # fmt: skip
+        for job_id in dead:
+            code, answer = self.http("POST", f"/v1/jobs/{job_id}/replay")
+            if code != 202:
+                raise RuntimeError(f"seed {self.seed}: replay of {job_id} answered {code}: {answer!r}")
+        self.faults["replayed_members"] += len(dead)
+        return len(dead)
+
+    def enqueue_fair(self, rows: list[tuple[Any, ...]]) -> None:
+        with self.admin() as conn, conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts,"
+                " run_at, worker_id, last_error, fair_key, fair_seq, created_at, updated_at)"
+                " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', %s, %s, now(), now())",
+                rows,
+            )
 
     def enqueue(self, rows: list[tuple[Any, ...]]) -> None:
         with self.admin() as conn, conn.cursor() as cursor:
@@ -399,7 +488,10 @@ class ChaosRun:
             rows = self.job_rows(self.profile.jobs)
             split = int(len(rows) * 0.6)
             self.enqueue(rows[:split])
+            fair = self.fair_rows(self.profile.jobs)
+            self.enqueue_fair(fair)
             self.late_rows = rows[split:]
+            self.submit_workflows()
             for _ in range(self.profile.workers):
                 self.start_worker(faults=True)
             self.say(
@@ -421,6 +513,7 @@ class ChaosRun:
             self.shutdown()
             api_log.close()
         outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
+        outcome.fair_jobs = len(fair)
         outcome.faults = self.faults + self.crash_counts()
         outcome.deaf_workers = self.count_logs("does not hear a NOTIFY")
         if self.watch is not None:
@@ -436,6 +529,9 @@ class ChaosRun:
                 outages=[began for began, _ in self.outages],
                 lease_seconds=LEASE_SECONDS,
             )
+            (outcome.workflow_jobs,) = conn.execute(
+                "SELECT count(*) FROM reliableq_job WHERE workflow_id IS NOT NULL"
+            ).fetchone()  # type: ignore[misc]
             outcome.statuses = Counter(
                 dict(conn.execute("SELECT status, count(*) FROM reliableq_job GROUP BY 1").fetchall())
             )
@@ -455,6 +551,7 @@ class ChaosRun:
             if worker.crash_at:
                 processes.stop(worker.process)
         deadline = time.monotonic() + self.profile.settle_seconds
+        replays = 0
         while True:
             self.supervise(faults=False)
             try:
@@ -465,6 +562,11 @@ class ChaosRun:
             except psycopg.OperationalError:
                 left = -1
             if left == 0:
+                # Members that died are replayed once faults are over (twice at most): their
+                # workflows start a new run, and the run settles again.
+                if replays < 2 and self.replay_dead_members():
+                    replays += 1
+                    continue
                 return
             if time.monotonic() > deadline:
                 self.say(f"seed {self.seed}: {left} job(s) still unfinished after {self.profile.settle_seconds:g}s")
@@ -513,5 +615,5 @@ def reproduce_command(seed: int, profile: Profile) -> str:
     pooled = f" --concurrency {profile.concurrency} --pool-size {profile.pool_size}" if profile.pool_size else ""
     return (
         f"python -m tests.chaos --first-seed {seed} --seeds 1 --jobs {profile.jobs} "
-        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g}{pooled}"
+        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g} --workflows {profile.workflows}{pooled}"
     )

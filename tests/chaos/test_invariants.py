@@ -189,3 +189,23 @@ def test_an_isolated_lease_that_expired_while_its_worker_lived_is_reported(conn:
     assert "isolated_lease_outlives_a_dead_child" not in check(conn, concurrency=4, outages=during).names
     after = [base + dt.timedelta(seconds=20)]
     assert "isolated_lease_outlives_a_dead_child" in check(conn, concurrency=4, outages=after).names
+
+
+def test_a_fair_key_served_only_after_the_flood_is_reported(conn: psycopg.Connection[Any]) -> None:
+    """FIFO over a flood: the small key's three jobs start after the flood's six, three rounds late."""
+
+    def started(key: str, turn: int, at: float) -> None:
+        fair = job(conn, status="SUCCEEDED", attempts=1, kind="test.fair")
+        conn.execute("UPDATE reliableq_job SET fair_key = %s, fair_seq = %s WHERE id = %s", (key, turn, fair))
+        attempt(conn, fair, 1, "SUCCEEDED", worker=f"w{at}", start=at, end=at + 0.1)
+
+    for n in range(6):
+        started("flood", n, n)
+    for n in range(3):
+        started("small", n, 6 + n)
+    assert "fair_turns" in names(conn, concurrency=20)
+    conn.execute("TRUNCATE reliableq_job CASCADE")
+    for n in range(3):  # the same jobs in turn order: flood, small, flood, small...
+        started("flood", n, 2 * n)
+        started("small", n, 2 * n + 1)
+    assert "fair_turns" not in names(conn, concurrency=20)

@@ -108,6 +108,6 @@ def test_cancel_withdraws_a_pending_job_and_it_is_never_claimed() -> None:
 def test_cancel_of_a_finished_job_is_refused(status: str) -> None:
     job = JobFactory(status=status)
     before = Job.objects.values().get(pk=job.pk)
-    with pytest.raises(WrongStatus, match=f"is {status}; this needs a PENDING or RUNNING job"):
+    with pytest.raises(WrongStatus, match=f"is {status}; this needs a WAITING, PENDING or RUNNING job"):
         services.cancel(job.pk)
     assert Job.objects.values().get(pk=job.pk) == before

@@ -3,10 +3,15 @@
 `capture()` installs an execute wrapper: every statement the code sends is first run under
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) in a savepoint that is rolled back, then run for
 real, so the caller goes on as usual and the test gets the plan of each statement.
+
+`capture(generic=True)` explains the generic plan instead: the one PostgreSQL may settle on for a
+statement the worker prepares (reliableq.queue.db.run) after its first five executions, made
+without the parameters' values.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from psycopg import sql as sql_
 
 from reliableq.models import Job
+from reliableq.queue import db
 
 JOB = Job._meta.db_table
 SKIPPED = ("SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "COMMIT", "SET ", "SHOW ", "EXPLAIN")
@@ -25,6 +32,7 @@ SKIPPED = ("SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "COMMIT", "SET ", "SHOW 
 class Plan:
     sql: str
     plan: dict[str, Any]  # the JSON document EXPLAIN returns, first element
+    generic: bool = False  # the plan made without the parameters' values (a prepared statement's)
 
     @property
     def root(self) -> dict[str, Any]:
@@ -153,7 +161,7 @@ def quiet() -> Iterator[None]:
 
 
 @contextmanager
-def capture() -> Iterator[Captured]:
+def capture(*, generic: bool = False) -> Iterator[Captured]:
     """Explain every statement the code sends inside this block, then let it run as usual."""
     captured = Captured()
     busy = False
@@ -164,7 +172,9 @@ def capture() -> Iterator[Captured]:
             return execute(sql, params, many, context)
         busy = True
         try:
-            captured.plans.append(_explain_here(execute, sql, params, context))
+            # Generic plans only for the statements the worker prepares (reliableq.queue.db.run).
+            explain = _explain_generic if generic and db.preparing.get() else _explain_here
+            captured.plans.append(explain(execute, sql, params, context))
         finally:
             busy = False
         return execute(sql, params, many, context)
@@ -180,3 +190,36 @@ def _explain_here(execute: Any, sql: str, params: Any, context: dict[str, Any]) 
         transaction.set_rollback(True)
     document = json.loads(document) if isinstance(document, str) else document
     return Plan(sql=sql, plan=document[0])
+
+
+def _explain_generic(execute: Any, sql: str, params: Any, context: dict[str, Any]) -> Plan:
+    """The generic plan of a statement: prepared as the worker prepares it (psycopg, the parameters'
+    types from their values), then EXPLAIN EXECUTE under force_generic_plan."""
+    raw = context["cursor"].cursor  # psycopg's cursor under Django's
+    connection_ = raw.connection
+    with transaction.atomic():
+        execute("SET LOCAL plan_cache_mode = force_generic_plan", None, False, context)
+        threshold, connection_.prepare_threshold = connection_.prepare_threshold, 2**31 - 1
+        try:
+            raw.execute(sql, params, prepare=True)
+        finally:
+            connection_.prepare_threshold = threshold  # psycopg prepares nothing more on this connection
+        raw.execute(
+            "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
+            " WHERE NOT from_sql ORDER BY prepare_time DESC LIMIT 1"
+        )
+        name, types = raw.fetchone()
+        # A utility statement (EXPLAIN) takes no bound parameters: the values go in as literals.
+        values = [v.value if isinstance(v, enum.Enum) else v for v in params or ()]
+        arguments = ", ".join(
+            f"({sql_.Literal(v).as_string(connection_)})::{t}" for v, t in zip(values, types, strict=True)
+        )
+        run = f"EXECUTE {name}({arguments})" if types else f"EXECUTE {name}"
+        transaction.set_rollback(True)
+    with transaction.atomic():
+        execute("SET LOCAL plan_cache_mode = force_generic_plan", None, False, context)
+        execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {run}", None, False, context)
+        document = context["cursor"].fetchone()[0]
+        transaction.set_rollback(True)
+    document = json.loads(document) if isinstance(document, str) else document
+    return Plan(sql=sql, plan=document[0], generic=True)

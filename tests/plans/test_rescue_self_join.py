@@ -78,7 +78,7 @@ def test_old_rescue_is_planned_as_a_nested_loop_over_the_whole_primary_key(plan_
     new = plan_only(*jobqueue_rescues.rescue_sql(("default",)))
 
     assert any("reliableq_job_pkey" in join for join in old.unbounded_joins()), old.text()
-    assert new.unbounded_joins() == [], new.text()
+    assert new.unbounded_joins() == [], (new.unbounded_joins(), new.text())
     measured = explain(*jobqueue_rescues.rescue_sql(("default",)))
     assert measured.buffers < 8_000 and measured.rows_read(tables.JOB) < 2_500, measured.text()
 

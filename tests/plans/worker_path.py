@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+import reliableq
 from reliableq import queue as jobqueue
 from reliableq import services
 from reliableq.floors import ClaimFloors, RescueFloor
@@ -140,6 +141,30 @@ def finish() -> object:
             return_value={"i": i},
         )
         for i, (job_id, token) in enumerate(held)
+    ]
+    return jobqueue.finish(finishes)
+
+
+def finish_members() -> object:
+    """50 members of a 2,000-member fan-in finish in one batch, 10 of them DEAD: the workflows' hook
+    counts their ends in the shards, cancels the report (it waits for them all) and fires nothing yet."""
+    with quiet():
+        wf = reliableq.workflow(name="plans")
+        loads = [wf.add("demo.noop", {}, name=f"load-{i}", queue="wf-plans") for i in range(2_000)]
+        wf.add("demo.noop", {}, name="report", after=loads, queue="wf-plans")
+        wf.on("failure", "demo.noop", {}, queue="wf-plans")
+        wf.enqueue()
+        claimed, _ = jobqueue.claim(worker_id="w-wf", queues=("wf-plans",), limit=50, lease_seconds=30)
+    finishes = [
+        Finish(
+            job_id=job.id,
+            lease_token=job.lease_token,
+            status=JobStatus.DEAD if i % 5 == 0 else JobStatus.SUCCEEDED,
+            outcome=Outcome.FAILED_PERMANENT if i % 5 == 0 else Outcome.SUCCEEDED,
+            keeps_return=True,
+            workflow=True,
+        )
+        for i, job in enumerate(claimed)
     ]
     return jobqueue.finish(finishes)
 
@@ -274,6 +299,13 @@ STATEMENTS = [
         buffers=4_000,
         rows=500,
     ),
+    Statement(
+        name="finish_members",
+        call=finish_members,
+        what="finish 50 members of a 2,000-member fan-in (10 DEAD): count, cancel, fire",
+        buffers=8_000,
+        rows=500,
+    ),
     Statement(name="mark_lost", call=mark_lost, what="mark 50 attempts lost", buffers=2_500, rows=500),
     Statement(
         name="release_unacknowledged",
@@ -300,8 +332,9 @@ STATEMENTS = [
 ]
 
 
-def measure(statement: Statement) -> list[Plan]:
-    """Run one call with every statement it sends explained; roll all of it back.
+def measure(statement: Statement, *, generic: bool = False) -> list[Plan]:
+    """Run one call with every statement it sends explained (`generic`: the plans made without the
+    parameters' values, which a prepared statement may settle on); roll all of it back.
 
     The guard is kept out (prune calls it first): what is measured is the statements as the
     statistics of the moment would run them.
@@ -310,7 +343,7 @@ def measure(statement: Statement) -> list[Plan]:
     planguard.keep_index = lambda *args, **kwargs: False
     try:
         with transaction.atomic():
-            with capture() as captured:
+            with capture(generic=generic) as captured:
                 statement.call()
             transaction.set_rollback(True)
     finally:

@@ -1,0 +1,146 @@
+"""POST /v1/workflows, GET /v1/workflows/<id>, POST /v1/workflows/<id>/cancel: validated as a
+whole (nothing made on any error, the failing members named), keyed per user, permissioned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+
+from reliableq.models import Job, JobStatus, Workflow
+from reliableq.testing import drain
+
+from .conftest import SUBMIT, VIEW, problem_of
+
+pytestmark = pytest.mark.django_db
+
+URL = "/v1/workflows"
+
+
+def body(n: int = 3, **extra: Any) -> dict[str, Any]:
+    members = [{"name": "fetch", "kind": "wf.step", "payload": {}}]
+    members += [{"name": f"load-{i}", "kind": "wf.step", "payload": {"i": i}, "after": ["fetch"]} for i in range(n)]
+    members.append({"name": "report", "kind": "wf.step", "payload": {}, "after": [f"load-{i}" for i in range(n)],
+                    "on_upstream_failure": "run"})  # fmt: skip
+    return {"name": "import 42", "members": members,
+            "callbacks": {"success": {"kind": "wf.callback", "payload": {"to": "ops"}}}, **extra}  # fmt: skip
+
+
+def nothing_made() -> bool:
+    return not Workflow.objects.exists() and not Job.objects.exists()
+
+
+def test_a_workflow_is_accepted_whole_and_read_back(make_client):
+    client = make_client(SUBMIT)
+    response = client.post(URL, body(), format="json")
+    assert response.status_code == 202, response.content
+    doc = response.json()
+    assert response["Location"] == f"/v1/workflows/{doc['id']}"
+    assert doc["status"] == "RUNNING" and doc["name"] == "import 42" and doc["callbacks"] == []
+    members = {m["name"]: m for m in doc["members"]}
+    assert members["fetch"]["status"] == "PENDING" and members["report"]["status"] == "WAITING"
+    assert sorted(members["report"]["after"]) == ["load-0", "load-1", "load-2"]
+    assert Job.objects.filter(workflow_id=doc["id"]).count() == 5
+
+    drain()
+    doc = client.get(f"{URL}/{doc['id']}").json()  # its submitter reads it without view_job
+    assert doc["status"] == "SUCCEEDED"
+    assert {m["status"] for m in doc["members"]} == {"SUCCEEDED"}
+    [callback] = doc["callbacks"]
+    assert (callback["event"], callback["run"], callback["kind"]) == ("success", 1, "wf.callback")
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda b: b["members"].append({"name": "fetch", "kind": "wf.step", "payload": {}}), "members[5]"),
+        (lambda b: b["members"][1].update(after=["nobody"]), "members[1]"),
+        (lambda b: b["members"][0].update(after=["report"]), "members[0]"),
+        (lambda b: b["members"][2].update(payload=[]), "members[2].payload"),
+        (lambda b: b["members"][3].pop("name"), "members[3].name"),
+        (lambda b: b["members"][3].update(on_upstream_failure="maybe"), "members[3].on_upstream_failure"),
+        (lambda b: b["members"][3].update(unique_key="k"), "members[3].unique_key"),
+        (lambda b: b["members"][3].update(colour="red"), "members[3].colour"),
+        (lambda b: b["callbacks"].update(sometimes={"kind": "wf.callback", "payload": {}}), "callbacks"),
+        (lambda b: b.update(members=[]), "members"),
+    ],
+)
+def test_a_bad_workflow_is_400_naming_its_members_and_makes_nothing(api, change, named):
+    sent = body()
+    change(sent)
+    problem = problem_of(api.post(URL, sent, format="json"), 400)
+    assert any(key.startswith(named) for key in problem["errors"]), problem
+    assert nothing_made()
+
+
+def test_a_member_or_callback_of_a_kind_closed_to_http_is_403_and_makes_nothing(api):
+    sent = body()
+    sent["members"][2]["kind"] = "test.permanent"  # registered, not http=True
+    problem = problem_of(api.post(URL, sent, format="json"), 403)
+    assert "members[2].kind" in str(problem)
+    sent = body()
+    sent["callbacks"]["success"]["kind"] = "no.such.kind"
+    problem_of(api.post(URL, sent, format="json"), 403)
+    assert nothing_made()
+
+
+def test_over_ten_thousand_members_is_413(api):
+    sent = {"members": [{"name": f"m{i}", "kind": "wf.step", "payload": {}} for i in range(10_001)]}
+    problem_of(api.post(URL, sent, format="json"), 413)
+    assert nothing_made()
+
+
+def test_an_idempotency_key_returns_the_same_workflow_and_is_scoped_to_the_user(make_client):
+    alice, bob = make_client(SUBMIT), make_client(SUBMIT)
+    first = alice.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="wf-1")
+    again = alice.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="wf-1")
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert again.json()["id"] == first.json()["id"]
+    problem_of(alice.post(URL, body(n=4), format="json", HTTP_IDEMPOTENCY_KEY="wf-1"), 409)
+    other = bob.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="wf-1")
+    assert other.status_code == 202 and other.json()["id"] != first.json()["id"]
+    assert Workflow.objects.count() == 2
+
+
+def test_another_users_workflow_is_404_without_view_job(make_client):
+    alice, bob, operator = make_client(SUBMIT), make_client(SUBMIT), make_client(VIEW)
+    made = alice.post(URL, body(), format="json").json()
+    problem_of(bob.get(f"{URL}/{made['id']}"), 404)
+    problem_of(bob.get(f"{URL}/not-a-uuid"), 404)
+    assert operator.get(f"{URL}/{made['id']}").status_code == 200
+
+
+def test_cancel_needs_cancel_job_is_audited_and_is_409_once_finished(make_client, api):
+    made = api.post(URL, body(), format="json").json()
+    problem_of(make_client(VIEW).post(f"{URL}/{made['id']}/cancel"), 403)
+    response = api.post(f"{URL}/{made['id']}/cancel")
+    assert response.status_code == 200, response.content
+    doc = response.json()
+    assert doc["status"] == "CANCELLED" and doc["cancel_requested"]
+    assert {m["status"] for m in doc["members"]} == {JobStatus.CANCELLED}
+    assert LogEntry.objects.filter(object_id=made["id"], change_message__startswith="Cancelled the workflow").exists()
+    problem_of(api.post(f"{URL}/{made['id']}/cancel"), 409)
+
+
+def test_submitting_needs_submit_job_and_counts_every_member_against_the_bound(make_client, settings):
+    problem_of(make_client(VIEW).post(URL, body(), format="json"), 403)
+    settings.RELIABLEQ = {**settings.RELIABLEQ, "MAX_PENDING_PER_SUBMITTER": 8}
+    client = make_client(SUBMIT)
+    assert client.post(URL, body(n=3), format="json").status_code == 202  # 5 members
+    problem_of(client.post(URL, body(n=3), format="json"), 429)  # 5 more would be 10 > 8, WAITING ones count
+    assert Workflow.objects.count() == 1
+
+
+def test_a_workflow_of_n_members_counts_n_against_the_submit_rate(settings, make_client):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"reliableq_submit": "6/d"}}
+    client = make_client(SUBMIT)
+    assert client.post(URL, body(n=3), format="json").status_code == 202  # 5 members: 5 of 6
+    problem_of(client.post(URL, body(n=0), format="json"), 429)  # 2 more
+    invalid = body(n=0)
+    invalid["members"][0]["kind"] = 7
+    problem_of(make_client(SUBMIT).post(URL, {"members": invalid["members"] * 4}, format="json"), 429)  # 8 > 6
+    cache.clear()
