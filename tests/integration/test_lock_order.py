@@ -1,0 +1,96 @@
+"""A worker's heartbeat and its completer write the same jobs on two connections at once: the
+renewal of every held lease and the finish of a batch. Each must lock the jobs' rows in one order
+(by id), whatever order it is given them in, or the two deadlock and PostgreSQL aborts one of them.
+
+Shown by a third session holding the higher row: a statement that locks by id has already locked
+the lower row when it waits, so the lower row is busy; one that went in the given order waits
+before touching it."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+import reliableq
+from reliableq import queue as jobqueue
+from reliableq.models import JobStatus, Outcome
+from reliableq.queue import Finish
+from testproject import dburl
+from tests.support import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def two_claimed() -> tuple[Any, Any]:
+    for n in range(2):
+        reliableq.enqueue("demo.noop", {"n": n}, queue="lock-order")
+    jobs, _ = jobqueue.claim(worker_id="w-order", queues=("lock-order",), limit=2, lease_seconds=30, rescue=False)
+    low, high = sorted(jobs, key=lambda job: job.id)
+    return low, high
+
+
+def busy(job_id: uuid.UUID) -> bool:
+    with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as probe:
+        try:
+            probe.execute("SELECT 1 FROM reliableq_job WHERE id = %s FOR UPDATE NOWAIT", (job_id,))
+        except psycopg.errors.LockNotAvailable:
+            return True
+    return False
+
+
+def locks_the_lower_row_first(write: Callable[[], Any], high: Any, low: Any) -> None:
+    with psycopg.connect(dburl.build(connection.settings_dict)) as holder:
+        holder.execute("SELECT 1 FROM reliableq_job WHERE id = %s FOR UPDATE", (high.id,))
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                write()
+            finally:
+                connections.close_all()
+                done.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as watch:
+            wait_until(
+                lambda: watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> %s",
+                    (holder.info.backend_pid,),
+                ).fetchone()[0]  # type: ignore[index]
+                == 1,
+                timeout=10,
+                what="the write to wait for the held row",
+            )
+        assert busy(low.id), "the write waited for the higher row before it locked the lower one"
+        holder.rollback()
+        assert done.wait(10)
+
+
+@pytest.mark.parametrize("runs", [1, 7], ids=["custom plan", "generic plan"])
+def test_a_renewal_locks_its_jobs_by_id_whatever_order_it_is_given(runs: int) -> None:
+    low, high = two_claimed()
+    held = [(high.id, high.lease_token), (low.id, low.lease_token)]
+    for _ in range(runs - 1):  # a prepared statement goes generic after five runs
+        jobqueue.renew(held, lease_seconds=30)
+    locks_the_lower_row_first(lambda: jobqueue.renew(held, lease_seconds=30), high, low)
+
+
+@pytest.mark.parametrize("runs", [1, 7], ids=["custom plan", "generic plan"])
+def test_a_finish_locks_its_jobs_by_id_whatever_order_it_is_given(runs: int) -> None:
+    for _ in range(runs - 1):
+        stale = two_claimed()
+        jobqueue.finish([succeeded(job) for job in reversed(stale)])
+    low, high = two_claimed()
+    locks_the_lower_row_first(lambda: jobqueue.finish([succeeded(high), succeeded(low)]), high, low)
+
+
+def succeeded(job: Any) -> Finish:
+    return Finish(job_id=job.id, lease_token=job.lease_token, status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)
