@@ -6,6 +6,7 @@ results, unacknowledged claims, burst and shutdown. No database: the Store is th
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -278,3 +279,23 @@ def test_when_the_grace_period_runs_out_the_worker_exits_leaving_its_leases_to_e
     assert outcome == {"code": 0}
     assert store.rows[job_id].status == "RUNNING", "never marked finished: its lease will expire"
     assert not [f for f in store.finishes if f.job_id == job_id]
+
+
+def test_successes_are_logged_at_debug_and_summed_up_once_an_interval_at_info(monkeypatch, caplog):
+    monkeypatch.setattr("reliableq.worker.loop.SUMMARY_SECONDS", 0.2)
+    caplog.set_level(logging.INFO, logger="reliableq")
+    store = FakeStore()
+    store.add("fake.quick", 5)
+    worker, thread, _ = start(store)
+
+    def summed() -> int:
+        lines = [r.getMessage() for r in caplog.records if "attempt(s) ended in the last" in r.getMessage()]
+        return sum(int(line.split(": ")[1].split(" ")[0]) for line in lines)
+
+    wait_until(lambda: summed() == 5, timeout=10, what="summary lines adding up to the five jobs")
+    worker.request_stop()
+    thread.join(10)
+    summary = next(r.getMessage() for r in caplog.records if "attempt(s) ended" in r.getMessage())
+    assert "succeeded); " in summary and " in flight" in summary, summary
+    # One line an interval at INFO, not one a job: a success alone is a DEBUG record.
+    assert not [r for r in caplog.records if "job=" in r.getMessage()], caplog.text
