@@ -19,7 +19,6 @@ import json
 import uuid
 from typing import Any
 
-from django.dispatch import receiver
 from django.utils.dateparse import parse_datetime
 
 from . import registry, services, signals
@@ -210,11 +209,11 @@ def run_task(job: Any) -> Any:
         raise TaskFailed(f"{kind.__module__}.{kind.__qualname__}: {exc}", exc) from None
 
 
-@receiver(signals.job_finished)
-def _task_finished(*, job_id: uuid.UUID, kind: str, status: str, **fields: Any) -> None:
+@signals.on_ended
+def _tasks_finished(ended: signals.Ended) -> None:
     """Django's task_finished, once per task, when its job has committed a final state, with that result."""
-    if not registry.is_task_kind(kind) or status not in FINAL:
-        return
-    job = Job.objects.select_related("return_value").get(pk=job_id)
-    result = result_of(job)
-    task_finished.send(type(task_backends[result.backend]), task_result=result)
+    for job_id, kind, status in ended:
+        if status in FINAL and registry.is_task_kind(kind):
+            job = Job.objects.select_related("return_value").get(pk=job_id)
+            result = result_of(job)
+            task_finished.send(type(task_backends[result.backend]), task_result=result)

@@ -15,8 +15,11 @@ class Decision:
     delay: float = 0.0  # seconds until the retry, added to the database's now()
 
 
+_SUCCEEDED = Decision(status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)  # frozen: one serves every job
+
+
 def succeeded() -> Decision:
-    return Decision(status=JobStatus.SUCCEEDED, outcome=Outcome.SUCCEEDED)
+    return _SUCCEEDED
 
 
 def failed(

@@ -14,6 +14,8 @@ them quick; one that raises is logged and does not stop the others or the worker
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.dispatch import Signal
@@ -23,6 +25,32 @@ logger = logging.getLogger("reliableq.signals")
 job_enqueued = Signal()
 job_started = Signal()
 job_finished = Signal()
+
+# The package's own reactions to written ends (the Tasks backend's task_finished), called once per
+# batch with its (job id, kind, status): a signal's dispatch per job costs more than a no-op job's
+# own work, and most batches hold no job these care about.
+Ended = Sequence[tuple[uuid.UUID, str, str]]
+_batch_hooks: list[Callable[[Ended], None]] = []
+
+
+def on_ended(hook: Callable[[Ended], None]) -> Callable[[Ended], None]:
+    """Register `hook` for every written batch of ends (internal; apps use job_finished)."""
+    if hook not in _batch_hooks:
+        _batch_hooks.append(hook)
+    return hook
+
+
+def ended_hooks() -> bool:
+    return bool(_batch_hooks)
+
+
+def send_ended(ended: Ended) -> None:
+    """Call every batch hook with these ends, logging (not raising) what a hook raises."""
+    for hook in _batch_hooks:
+        try:
+            hook(ended)
+        except Exception:
+            logger.exception("a ReliableQ hook on written ends (%r) raised", hook)
 
 
 def send(signal: Signal, **fields: Any) -> None:

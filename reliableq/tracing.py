@@ -29,9 +29,15 @@ SYSTEM = "reliableq"
 _TRACER = "reliableq"
 
 
+_sdk = False  # a provider, once set, stays: OpenTelemetry refuses to replace it
+
+
 def enabled() -> bool:
     """Whether spans are made: the API installed and a tracer provider configured (an SDK)."""
-    return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    global _sdk
+    if not _sdk and trace is not None:
+        _sdk = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return _sdk
 
 
 @contextmanager

@@ -129,7 +129,8 @@ class Completer:
             raise written.error or RuntimeError("a batch came back without a result")
         result = written.result
         lost = set(result.lost)
-        announce = signals.job_finished.has_listeners()
+        announce = bool(signals.job_finished.receivers) and signals.job_finished.has_listeners()
+        ends: list[tuple[uuid.UUID, str, str]] | None = [] if signals.ended_hooks() else None
         for finish, frees in written.batch:
             flight = self._ledger.get(finish.lease_token)
             self._ledger.drop(finish.job_id, finish.lease_token)
@@ -146,6 +147,8 @@ class Completer:
             self.ended[status] += 1
             _log(finish, attempt, flight.job.kind if flight else None)
             seconds = self._seconds.pop(finish.lease_token, 0.0)
+            if ends is not None and flight is not None:
+                ends.append((finish.job_id, flight.job.kind, status))
             if announce and flight is not None:
                 signals.send(
                     signals.job_finished,
@@ -156,6 +159,8 @@ class Completer:
                     attempt=flight.job.attempt,
                     seconds=seconds,
                 )
+        if ends:
+            signals.send_ended(ends)
 
 
 def fields(job_id: Any, kind: Any, attempt: Any, token: Any, **more: Any) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def run_attempt(job: ClaimedJob) -> Result:
     with tracing.processing(job) as span:
         try:
             value = handler.func(job)
-            if inspect.isawaitable(value):
+            if value is not None and inspect.isawaitable(value):
                 _discard(value)
                 raise PermanentError(
                     f"handler of {job.kind!r} returned {type(value).__name__}, an awaitable, instead of running: "
@@ -147,7 +147,7 @@ def _succeeded_in(span: Any, job: ClaimedJob, handler: registry.Handler, value: 
 
 
 def _started(job: ClaimedJob) -> None:
-    if signals.job_started.has_listeners():
+    if signals.job_started.receivers and signals.job_started.has_listeners():  # the list first: no lock
         signals.send(signals.job_started, job_id=job.id, kind=job.kind, attempt=job.attempt, worker_id=job.worker_id)
 
 
