@@ -60,12 +60,14 @@ def locks_the_lower_row_first(write: Callable[[], Any], high: Any, low: Any) -> 
         thread.start()
         with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as watch:
             wait_until(
-                lambda: watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND pid <> %s",
-                    (holder.info.backend_pid,),
-                ).fetchone()[0]  # type: ignore[index]
-                == 1,
+                lambda: (
+                    watch.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock' AND pid <> %s",
+                        (holder.info.backend_pid,),
+                    ).fetchone()[0]  # type: ignore[index]
+                    == 1
+                ),
                 timeout=10,
                 what="the write to wait for the held row",
             )
