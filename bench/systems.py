@@ -161,7 +161,7 @@ class ReliableQ(System):
     def enqueue_bulk(
         self, n: int, job: str = "noop", payload: dict[str, Any] | None = None, *, queue: str = QUEUE
     ) -> None:
-        from reliableq import services
+        from reliableq import JobOptions, services
 
         kind = self.KINDS.get(job, job)
         with transaction.atomic():
@@ -170,7 +170,11 @@ class ReliableQ(System):
 
                 services.submit_many(
                     [
-                        services.NewJob(kind=kind, payload=payload or {}, queue=queue, concurrency_key=f"k{i % KEYS}")
+                        services.NewJob(
+                            kind=kind,
+                            payload=payload or {},
+                            options=JobOptions(queue=queue, concurrency_key=f"k{i % KEYS}"),
+                        )
                         for i in range(n)
                     ]
                 )
