@@ -16,9 +16,9 @@ from django.db.models.expressions import RawSQL
 
 from ..floors import ClaimFloors
 from ..models import Job
-from . import db, fairness, planguard
+from . import db, fairness, functions, planguard
 from .records import ClaimedJob
-from .sql import ATTEMPT, DUE_INDEX, EDGE, JOB, QUEUE, RETURN_VALUE, S, compile_sql, filter_only, json_value
+from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, compile_sql, filter_only, json_value
 
 
 def guard_claims(queues: Sequence[str], limit: int = 10, fair: Sequence[str] = ()) -> None:
@@ -31,19 +31,6 @@ def guard_claims(queues: Sequence[str], limit: int = 10, fair: Sequence[str] = (
     if planguard.keep_index(*picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX) or not fair:
         return
     planguard.keep_index(fairness.heads_sql(limit), (queues[0], fair[0]), table=JOB, index=fairness.FAIR_DUE_INDEX)
-
-
-# A member's upstream members, each [name, the value its handler returned]: an index probe of the
-# edges by target, then one primary-key probe per upstream member (OFFSET 0 keeps each a subquery of
-# its own, so a fan-in of 10,000 reads 10,000 rows, never their square). Read in the claim itself:
-# no round trip more for a member, and nothing at all for a job of no workflow or a root (their
-# on_upstream_failure is "": the CASE around it).
-UPSTREAM = f"""SELECT json_agg(json_build_array(COALESCE(u.member_name, e.upstream::text), r.value))
-                 FROM {EDGE} e
-                 CROSS JOIN LATERAL (SELECT u.member_name FROM {JOB} u WHERE u.id = e.upstream OFFSET 0) u
-                 LEFT JOIN LATERAL (SELECT r.value FROM {RETURN_VALUE} r WHERE r.job_id = e.upstream OFFSET 0) r
-                   ON true
-                WHERE e.target = claimed.id"""
 
 
 def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
@@ -84,7 +71,7 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
                    extract(epoch FROM statement_timestamp())::float8,
                    to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
                    trace_context, workflow_id, member_name,
-                   CASE WHEN on_upstream_failure <> '' THEN ({UPSTREAM}) END
+                   CASE WHEN on_upstream_failure <> '' THEN {functions.UPSTREAM}(id) END
               FROM claimed
              ORDER BY priority, run_at, id
             """
