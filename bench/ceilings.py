@@ -99,16 +99,14 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
     head, sep, _ = take.rpartition("SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token")
     if not sep:
         raise RuntimeError("the captured take statement no longer ends as bench.ceilings expects")
+    # The claim hands the finish its batch's ends as the worker sends them, one JSON text: [id, token,
+    # status, outcome, error, delay, traceback] per job, a success's. Built here, once per batch, as
+    # the worker builds it in Python; the finish then parses it once, as it does the worker's.
     take = (
-        head + "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(lease_token), '{}') AS toks "
-        "FROM claimed"
+        head + "SELECT coalesce(json_agg(json_build_array(id, lease_token, 'SUCCEEDED', 'SUCCEEDED', '', 0.0, ''))"
+        "::text, '[]') AS ends FROM claimed"
     )
-    # The finish takes the batch's ends as one JSON text: [id, token, status, outcome, error, delay,
-    # traceback] per job, a success's (no error, no traceback).
-    ends = (
-        "(SELECT coalesce(jsonb_agg(jsonb_build_array(u.i, u.t, 'SUCCEEDED', 'SUCCEEDED', '', 0.0, '')), '[]')"
-        " FROM unnest(:ids::uuid[], :toks::uuid[]) AS u(i, t))::text"
-    )
+    ends = ":ends"
     values = iter([ends])
     finish = re.sub(r"%%|%s", lambda m: "%" if m.group(0) == "%%" else next(values), spec["finish"]["sql"])
 

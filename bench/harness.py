@@ -315,6 +315,16 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
             "fraction",
             spread=_ratio_spread(fleet, ceilings["pgbench"]),
         )
+        one = r.get("throughput", ({}, {}, {}))[0].get(bench.p.fleet[1])
+        bare_one = ceilings.get("bare_one")
+        if one is not None and bare_one is not None and bench.p.fleet[0] != 1:
+            add(
+                f"one process x {bench.p.fleet[1]} as a fraction of a one-process bare psycopg loop",
+                one.median / bare_one.median,
+                0.80,
+                "fraction",
+                spread=_ratio_spread(one, bare_one),
+            )
     enqueue_one = r.get("enqueue_one")
     add(
         "enqueue, one process, one job per transaction",
@@ -485,8 +495,8 @@ LIMITS: dict[str, str] = {
     "statement, COMMIT) per batch, each waking the database on the other core; see the ceilings.",
     "faster peer": "the fleet's own rate (above) and the database's limit for this SQL (pgbench): the ratio cannot "
     "exceed pgbench's rate over the peer's.",
-    "bare psycopg": "Django's cursor wrappers and client-side parameter binding, the handler threads' hand-offs, and "
-    "one INFO log line per claim and per success (about a fifth of the loop's CPU in a py-spy profile).",
+    "bare psycopg": "the worker's Python per job that the loop does not have: the handler threads' hand-offs and "
+    "the GIL they share, the ledger and the completer, Django's cursor layer (docs: where a no-op job's time goes).",
     "enqueue": "one INSERT that updates seven of the job table's nine indexes (claim, pruning and the admin's "
     "listings) and a commit that waits for the WAL flush (synchronous_commit on).",
     "finished rows": "the claim reads the partial index of due PENDING rows, whatever the table holds; what "

@@ -102,13 +102,15 @@ def plot_throughput(
         b.plot(
             [p for p, _ in pts], [v for _, v in pts], marker="s", linestyle="none", color=COLORS[key], label=NAMES[key]
         )
-    styles = {"pgbench": "--", "bare": ":"}
-    labels = {"pgbench": "pgbench ceiling", "bare": "bare psycopg ceiling"}
+    styles = {"pgbench": "--", "bare": ":", "bare_one": "-."}
+    labels = {
+        "pgbench": f"pgbench ceiling ({fleet[0]} clients)",
+        "bare": f"bare psycopg ceiling ({fleet[0]} processes)",
+        "bare_one": "bare psycopg ceiling (1 process)",
+    }
     for key, v in ceilings.items():
-        if v.values:
-            b.axhline(
-                v.median, linestyle=styles[key], color=COLORS["ceiling"], label=f"{labels[key]} ({fleet[0]} clients)"
-            )
+        if v.values and key in styles:
+            b.axhline(v.median, linestyle=styles[key], color=COLORS["ceiling"], label=labels[key])
     b.set_xticks(ps, [str(p) for p in ps])
     b.set_xlabel(f"worker processes (concurrency {fleet[1]} each)")
     b.set_ylabel("no-op jobs / s")

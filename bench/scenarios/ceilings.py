@@ -40,8 +40,12 @@ def ceilings(bench: Bench, s: Section) -> None:
     script = bench.out / "cycle.pgbench.sql"
     script.write_text(ceiling_sql.pgbench_script(spec, fc, bench.database_url))
     pg = _pgbench(bench, script)
-    bare = _bare(bench, statements)
+    bare = _bare(bench, statements, fp)
+    # One process against one: what the worker's Python adds over the loop's, with no second process.
+    bare_one = _bare(bench, statements, 1) if fp != 1 else bare
     fleet = bench.results["fleet"]
+    by_conc = bench.results["throughput"][0]
+    one = by_conc.get(fc)
 
     def cycle_ms(rate: float) -> str:
         # Per connection: one claim of a full batch plus its finish, at this rate.
@@ -68,16 +72,25 @@ def ceilings(bench: Bench, s: Section) -> None:
         ],
         [f"ReliableQ fleet {fp} x {fc}", fleet.text(), cycle_ms_range(fleet), "100%"],
     ]
+    if one is not None and fp != 1:
+        rows.append(
+            [
+                f"bare psycopg loop, 1 process, against ReliableQ 1 x {fc} ({one.text()})",
+                bare_one.text(),
+                "",
+                fmt_pct(ratio(one.median, bare_one.median)),
+            ]
+        )
     s.tables.append(
         table(["ceiling", "jobs/s", f"ms per {fc}-job cycle per connection", "ReliableQ as a fraction"], rows)
     )
     s.notes.append(
         f"Per cycle and connection: pgbench {cycle_ms(pg.median)} ms, the bare loop "
-        f"{cycle_ms(bare.median)} ms, the ReliableQ worker {cycle_ms(fleet.median)} ms, for four round "
-        "trips each (the claim; BEGIN, the fenced finish, COMMIT). What the worker adds to the bare loop "
-        "is Django's cursor layer, the hand-offs to and from its handler threads and one INFO log line "
-        "per claim and per success; what the bare loop adds to pgbench is Python and psycopg (client-side "
-        "binding, decoding rows). A fraction near or above 100% means the fleet is bound by the same "
+        f"{cycle_ms(bare.median)} ms, the ReliableQ worker {cycle_ms(fleet.median)} ms, for two round "
+        "trips each (the claim and the fenced finish, each one autocommit statement). What the worker adds to "
+        "the bare loop is Django's cursor layer, its ledger and completer, and the hand-offs to and from its "
+        "handler threads; what the bare loop adds to pgbench is Python and psycopg (binding, decoding rows). "
+        "A fraction near or above 100% means the fleet is bound by the same "
         "round trips as the ceiling, within run-to-run noise (see the ranges)."
     )
     s.notes.append(
@@ -85,8 +98,8 @@ def ceilings(bench: Bench, s: Section) -> None:
         "folder. The ceilings always claim full batches; the worker claims into the slots that are "
         "free, which is what it must do."
     )
-    bench.results["ceilings"] = {"pgbench": pg, "bare": bare}
-    s.data = {"pgbench": pg.to_json(), "bare": bare.to_json()}
+    bench.results["ceilings"] = {"pgbench": pg, "bare": bare, "bare_one": bare_one}
+    s.data = {"pgbench": pg.to_json(), "bare": bare.to_json(), "bare_one": bare_one.to_json()}
 
 
 def _pgbench(bench: Bench, script: Path) -> Summary:
@@ -115,27 +128,29 @@ def _pgbench(bench: Bench, script: Path) -> Summary:
     return pg
 
 
-def _bare(bench: Bench, statements: Path) -> Summary:
-    """One bare psycopg process per fleet process, claim then finish, until every loaded job is done."""
-    fp, fc = bench.p.fleet
-    bare = bench.repetitions(ceiling="bare psycopg", processes=fp, batch=fc)
+def _bare(bench: Bench, statements: Path, processes: int) -> Summary:
+    """`processes` bare psycopg processes, claim then finish, until every loaded job is done."""
+    _, fc = bench.p.fleet
+    bare = bench.repetitions(ceiling="bare psycopg", processes=processes, batch=fc)
+    key = f"ceiling:bare:{processes}"
     for rep in range(bench.p.reps):
-        n = bench.size("ceiling:bare", bench.rates.get("ceiling:bare", 2500))
-        run = f"ceiling bare psycopg {fp} processes batch {fc} rep {rep + 1}"
-        rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=partial(_run_bare, bench, statements, rep))
-        bench.rates["ceiling:bare"] = rate
+        n = bench.size(key, bench.rates.get(key, 2500))
+        run = f"ceiling bare psycopg {processes} processes batch {fc} rep {rep + 1}"
+        drive = partial(_run_bare, bench, statements, rep, processes)
+        rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=drive)
+        bench.rates[key] = rate
         bare.values.append(rate)
         bench.say(f"  {run}: {rate:,.0f} jobs/s")
     return bare
 
 
-def _run_bare(bench: Bench, statements: Path, rep: int) -> None:
-    fp, fc = bench.p.fleet
+def _run_bare(bench: Bench, statements: Path, rep: int, processes: int) -> None:
+    _, fc = bench.p.fleet
     start_at = time.time() + 1.0  # all processes connected before the first claim
     with Procs(bench.logs) as procs:
-        for i in range(fp):
+        for i in range(processes):
             argv = ceiling_sql.bare_argv(statements, batch=fc, worker_id=f"bare-{i}", start_at=start_at)
-            procs.spawn(f"bare-{rep}-{i}", argv, env=env())
+            procs.spawn(f"bare{processes}-{rep}-{i}", argv, env=env())
         for proc in procs.started:
             proc.wait(timeout=600)
             if proc.returncode:
