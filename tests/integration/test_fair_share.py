@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import override_settings
 
@@ -153,7 +154,7 @@ def test_priority_then_age_order_the_jobs_of_one_key() -> None:
 
 
 def test_a_key_of_weight_two_takes_two_turns_to_anothers_one() -> None:
-    with override_settings(RELIABLEQ={"FAIR_WEIGHTS": {"gold": 2}}):
+    with override_settings(RELIABLEQ={**settings.RELIABLEQ, "FAIR_WEIGHTS": {"gold": 2}}):
         reliableq.enqueue_many("test.fair", [{}] * 40, fair_key="gold")
         reliableq.enqueue_many("test.fair", [{}] * 40, fair_key="plain")
     assert Counter(keys_of(claim(30))) == Counter({"gold": 20, "plain": 10})

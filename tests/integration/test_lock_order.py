@@ -15,12 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 import reliableq
 from reliableq import queue as jobqueue
 from reliableq.models import JobStatus, Outcome
-from reliableq.queue import Finish
+from reliableq.queue import Finish, db
 from testproject import dburl
 from tests.support import wait_until
 
@@ -36,7 +36,7 @@ def two_claimed() -> tuple[Any, Any]:
 
 
 def busy(job_id: uuid.UUID) -> bool:
-    with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as probe:
+    with psycopg.connect(dburl.build(db.connection().settings_dict), autocommit=True) as probe:
         try:
             probe.execute("SELECT 1 FROM reliableq_job WHERE id = %s FOR UPDATE NOWAIT", (job_id,))
         except psycopg.errors.LockNotAvailable:
@@ -45,7 +45,7 @@ def busy(job_id: uuid.UUID) -> bool:
 
 
 def locks_the_lower_row_first(write: Callable[[], Any], high: Any, low: Any) -> None:
-    with psycopg.connect(dburl.build(connection.settings_dict)) as holder:
+    with psycopg.connect(dburl.build(db.connection().settings_dict)) as holder:
         holder.execute("SELECT 1 FROM reliableq_job WHERE id = %s FOR UPDATE", (high.id,))
         done = threading.Event()
 
@@ -58,7 +58,7 @@ def locks_the_lower_row_first(write: Callable[[], Any], high: Any, low: Any) -> 
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as watch:
+        with psycopg.connect(dburl.build(db.connection().settings_dict), autocommit=True) as watch:
             wait_until(
                 lambda: (
                     watch.execute(
