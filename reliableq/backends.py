@@ -16,6 +16,7 @@ never imports a module path read from a job's payload.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -39,6 +40,7 @@ from .tasks_compat import (
 )
 
 KIND = registry.TASKS_KIND  # jobs enqueued before tasks had kinds of their own
+logger = logging.getLogger("reliableq.backends")
 FINAL = {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
 # Every Task created for a ReliableQBackend, by module path: what a worker may run.
 _tasks: dict[str, Task] = {}
@@ -214,6 +216,9 @@ def _tasks_finished(ended: signals.Ended) -> None:
     """Django's task_finished, once per task, when its job has committed a final state, with that result."""
     for job_id, kind, status in ended:
         if status in FINAL and registry.is_task_kind(kind):
-            job = Job.objects.select_related("return_value").get(pk=job_id)
-            result = result_of(job)
-            task_finished.send(type(task_backends[result.backend]), task_result=result)
+            try:  # one task's failing receiver must not cost the batch's other tasks their signal
+                job = Job.objects.select_related("return_value").get(pk=job_id)
+                result = result_of(job)
+                task_finished.send(type(task_backends[result.backend]), task_result=result)
+            except Exception:
+                logger.exception("job=%s: sending task_finished raised", job_id)
