@@ -23,8 +23,13 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
     Returns the job ids still owned, each with whether an operator asked to cancel it: the
     worker learns of a cancel request by the renewal it makes anyway (every LEASE_SECONDS/3),
     with no connection of its own, so it works through a transaction pooler too.
+
+    The renewal never waits for a row lock. A job whose row another transaction holds (this
+    worker's own finish of it, nearly always) is left to the next beat and returned as owned,
+    with no cancel request: a renewal that waited there while holding the rows it had already
+    renewed could close a cycle with that finish, whose plan may meet the rows in another order.
     """
-    leases = sorted(leases)  # by job id, the order every write of a worker's jobs locks them in
+    leases = sorted(leases)
     if not leases:
         return {}
     ids, tokens = zip(*leases, strict=True)
@@ -32,14 +37,23 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
         db.run(
             cursor,
             f"""
-            UPDATE {JOB} j
-               SET lease_expires_at = now() + make_interval(secs => %s)
-              FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
-             WHERE j.id = ANY(%s::uuid[]) AND {RUNNING_FENCE}
-               AND j.id = held.id AND j.lease_token = held.token
-         RETURNING j.id, j.cancel_requested_at IS NOT NULL
+            WITH free AS MATERIALIZED (
+                SELECT j.id FROM {JOB} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id FOR UPDATE SKIP LOCKED
+            ),
+            renewed AS (
+                UPDATE {JOB} j
+                   SET lease_expires_at = now() + make_interval(secs => %s)
+                  FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND {RUNNING_FENCE}
+                   AND j.id = held.id AND j.lease_token = held.token
+             RETURNING j.id, j.cancel_requested_at IS NOT NULL
+            )
+            SELECT * FROM renewed
+             UNION ALL
+            SELECT b.id, false FROM {JOB} b
+             WHERE b.id = ANY(%s::uuid[]) AND NOT (b.id = ANY(ARRAY(SELECT id FROM free)))
             """,
-            (float(lease_seconds), list(ids), list(tokens), list(ids)),
+            (list(ids), float(lease_seconds), list(ids), list(tokens), list(ids)),
         )
         return dict(cursor.fetchall())
 
@@ -169,7 +183,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
         return result
     # The rows as one JSON text: psycopg dumps a list parameter element by element in Python, seven
     # lists of a batch's ends cost more than the job's own work; json.dumps is one call in C. Sorted
-    # by job id: the heartbeat's renewal locks the same rows in that order, so the two cannot deadlock.
+    # by job id, the order in which a plan scanning their index meets them.
     rows_json = json.dumps(
         [
             [str(f.job_id), str(f.lease_token), f.status, f.outcome, f.error, float(f.delay), f.traceback]

@@ -249,7 +249,11 @@ def _closure(start: str, step: str) -> str:
 
 
 def _ended(rows: str) -> str:
-    """The CTEs a member's end adds to its statement (transitions.ENDED)."""
+    """The CTEs a member's end adds to its statement (transitions.ENDED).
+
+    A callback already stored (the failure callback an earlier failure fired) is read, not inserted
+    again: ON CONFLICT alone waits for the key's holder, and a finish ending that callback's job
+    holds its key while it may wait for a count this statement has locked."""
     doomed_step = (
         f"j.status = {S.WAITING} AND j.on_upstream_failure = {S.cancel}"
         " AND NOT (j.id = ANY(ARRAY(SELECT id FROM wf_src)))"
@@ -313,6 +317,8 @@ wf_callbacks AS (
            'workflow:' || f.workflow_id::text, '', f.workflow_id, now(), now()
       FROM wf_fire f
      WHERE (SELECT count(*) FROM wf_tops) >= 0
+       AND NOT EXISTS (SELECT 1 FROM {JOB} k WHERE k.dedupe_scope = 'workflow:' || f.workflow_id::text
+                                             AND k.dedupe_key = f.run || ':' || f.event)
      ORDER BY f.workflow_id, f.event
     ON CONFLICT DO NOTHING
  RETURNING id, pg_notify('{CHANNEL}', queue)

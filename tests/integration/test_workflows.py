@@ -335,3 +335,37 @@ def test_a_member_left_waiting_by_a_racing_replay_is_cancelled_by_the_end_that_z
     Job.objects.filter(workflow=record, member_name="d").update(status=JobStatus.WAITING, finished_at=None)
     end(JobStatus.SUCCEEDED, Outcome.SUCCEEDED)  # b zeroes d's count, with a's failure in it
     assert statuses(record) == {"a": JobStatus.DEAD, "b": JobStatus.SUCCEEDED, "d": JobStatus.CANCELLED}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_failure_does_not_wait_for_a_finish_holding_the_failure_callback() -> None:
+    """The failure callback fires at a run's first failure; a later failure finds it stored and
+    inserts nothing. Were it to wait for the callback's key, it would wait for whoever is ending
+    that callback's job: a finish that may itself wait for a count the later failure holds."""
+    import psycopg
+
+    from reliableq.queue import db
+    from testproject import dburl
+
+    wf = reliableq.workflow(name="two failures")
+    wf.add("wf.step", {"fail": True}, name="a", queue="wf-a", max_attempts=1)
+    wf.add("wf.step", {"fail": True}, name="b", queue="wf-b", max_attempts=1)
+    wf.on("failure", "wf.callback", {}, queue="wf-callbacks")
+    record = wf.enqueue()
+    drain(["wf-a"])
+    [callback] = Job.objects.filter(workflow=record, member_name__isnull=True)
+    with psycopg.connect(dburl.build(db.connection().settings_dict)) as holder:
+        # A finish of the callback's job, not yet committed: a new version of its row, under its key.
+        holder.execute(
+            "UPDATE reliableq_job SET status = 'SUCCEEDED', finished_at = now() WHERE id = %s", (callback.id,)
+        )
+        with db.cursor() as cursor:  # an end that waited for the key would fail here, not hang
+            cursor.execute("SET lock_timeout = '5s'")
+        try:
+            drain(["wf-b"])
+        finally:
+            with db.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+        holder.rollback()
+    assert statuses(record) == {"a": "DEAD", "b": "DEAD"}
+    assert callbacks(record) == [("1:failure", "wf.callback")]
