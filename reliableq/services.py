@@ -491,6 +491,7 @@ PAUSED = "Paused"
 RESUMED = "Resumed."
 
 
+@db.retry_deadlocks
 def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     """Send a DEAD job back to PENDING: same id, same effect key, history kept, a fresh budget.
 
@@ -522,6 +523,7 @@ def _budget_for(kind: str, fallback: int) -> int:
         return max(1, min(fallback, int(reliableq_settings.MAX_ATTEMPTS)))
 
 
+@db.retry_deadlocks
 def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
     """Withdraw a PENDING job (or a workflow's WAITING member) so that no worker ever claims it; ask a
     RUNNING one to stop.

@@ -308,6 +308,7 @@ def store(
     return Workflow.objects.get(pk=workflow_id), True
 
 
+@db.retry_deadlocks
 def cancel_workflow(workflow_id: uuid.UUID | str, *, by: Any = None) -> Workflow:
     """Cancel a RUNNING workflow: WAITING and PENDING members now, RUNNING ones asked to stop
     (cooperatively, as reliableq.services.cancel). WrongStatus if it has finished."""

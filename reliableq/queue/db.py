@@ -10,14 +10,18 @@ from __future__ import annotations
 import contextvars
 import functools
 import weakref
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar, cast
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from ..conf import reliableq_settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+DEADLOCK_DETECTED = "40P01"
 
 
 def alias() -> str:
@@ -110,3 +114,31 @@ def _server_binding() -> Any:
 def atomic(*, durable: bool = False) -> transaction.Atomic:
     """A transaction on the queue's database (a savepoint inside one already open there)."""
     return transaction.atomic(using=alias(), durable=durable)
+
+
+DEADLOCK_RETRIES = 3
+
+
+def retry_deadlocks(func: Callable[P, R]) -> Callable[P, R]:
+    """Run an operator's change (a cancel, a replay) again when PostgreSQL aborted it to break a
+    deadlock with a worker's finish.
+
+    Their locks cannot always follow the finish's order: a finish locks its jobs, then the counts,
+    then a member it releases, while an operator's cancel of that member locks it, then the counts.
+    PostgreSQL aborts one of the two; the finish is written again by its worker, and the operator's
+    change is retried here. Only as the outermost transaction: inside a caller's, the caller's
+    transaction is broken and the error goes up."""
+
+    @functools.wraps(func)
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(DEADLOCK_RETRIES + 1):
+            if attempt == DEADLOCK_RETRIES or connection().in_atomic_block:
+                return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
+                    raise
+        raise AssertionError("unreachable")
+
+    return retrying

@@ -369,3 +369,64 @@ def test_a_second_failure_does_not_wait_for_a_finish_holding_the_failure_callbac
         holder.rollback()
     assert statuses(record) == {"a": "DEAD", "b": "DEAD"}
     assert callbacks(record) == [("1:failure", "wf.callback")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_cancel_aborted_by_a_deadlock_with_a_finish_is_retried() -> None:
+    """An operator cancels a waiting member while a finish that holds the counts its end must take
+    goes on to release that member: each waits for the other, PostgreSQL aborts the cancel, which
+    runs again once the finish has committed."""
+    import threading
+
+    import psycopg
+
+    from reliableq.queue import db
+    from testproject import dburl
+
+    wf = reliableq.workflow(name="cancel meets finish")
+    up = wf.add("wf.step", {}, name="up")
+    wf.add("wf.step", {}, name="down", after=[up])
+    record = wf.enqueue()
+    down = Job.objects.get(workflow=record, member_name="down")
+    outcome: list[Any] = []
+    with psycopg.connect(dburl.build(db.connection().settings_dict)) as finish:
+        # The finish of `up`: the workflow's count locked, then `down`'s row, as its release does.
+        finish.execute("SELECT 1 FROM reliableq_workflowcount WHERE target = %s FOR UPDATE", (record.pk,))
+
+        def operator() -> None:
+            try:
+                outcome.append(services.cancel(down.pk))
+            except Exception as exc:  # shown by the assertion below
+                outcome.append(exc)
+            finally:
+                from django.db import connections
+
+                connections.close_all()
+
+        thread = threading.Thread(target=operator)
+        thread.start()
+        with psycopg.connect(dburl.build(db.connection().settings_dict), autocommit=True) as watch:
+            wait_for_lock_wait(watch, exclude=finish.info.backend_pid)
+        finish.execute("UPDATE reliableq_job SET updated_at = now() WHERE id = %s", (down.pk,))
+        finish.commit()
+        thread.join(30)
+    [result] = outcome
+    assert isinstance(result, Job), result
+    assert statuses(record)["down"] == "CANCELLED"
+
+
+def wait_for_lock_wait(watch: Any, *, exclude: int) -> None:
+    from tests.support import wait_until
+
+    wait_until(
+        lambda: (
+            watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND pid <> %s",
+                (exclude,),
+            ).fetchone()[0]
+            == 1
+        ),
+        timeout=10,
+        what="the operator's cancel to wait for the count",
+    )
