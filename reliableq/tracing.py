@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -30,13 +31,21 @@ _TRACER = "reliableq"
 
 
 _sdk = False  # a provider, once set, stays: OpenTelemetry refuses to replace it
+# Where the API keeps the provider set_tracer_provider() installed (None until one is). Reading it
+# spares each job get_tracer_provider()'s look into os.environ while no SDK is configured; one named
+# by OTEL_PYTHON_TRACER_PROVIDER is only loaded by that call, so with the variable set it is made.
+_GLOBAL = "_TRACER_PROVIDER"
+_direct = trace is not None and hasattr(trace, _GLOBAL) and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
 
 
 def enabled() -> bool:
     """Whether spans are made: the API installed and a tracer provider configured (an SDK)."""
     global _sdk
-    if not _sdk and trace is not None:
-        _sdk = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    if _sdk or trace is None:
+        return _sdk
+    if _direct and getattr(trace, _GLOBAL) is None:
+        return False
+    _sdk = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     return _sdk
 
 

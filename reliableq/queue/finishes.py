@@ -244,15 +244,24 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                 [rows_json],
             )
             rows = cursor.fetchall()
-        finalized = {job_id for job_id, _, _ in rows}
         result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
-        result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
+        # A batch holds one end per job, so a row for each means every one passed the fence.
+        if len(rows) == len(finishes):
+            result.finalized = [f.job_id for f in finishes]
+            finalized: set[uuid.UUID] | None = None
+        else:
+            finalized = {job_id for job_id, _, _ in rows}
+            result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
+
+        def passed(f: Finish) -> bool:
+            return finalized is None or f.job_id in finalized
+
         if members and any(again for _, _, again in rows):
-            workflows.cancel_stuck([f.job_id for f in finishes if f.workflow and f.job_id in finalized])
-        kept = [f for f in finishes if f.keeps_return and f.job_id in finalized]
+            workflows.cancel_stuck([f.job_id for f in finishes if f.workflow and passed(f)])
+        kept = [f for f in finishes if f.keeps_return and passed(f)]
         if kept:
             _store_returns(kept)
-        lost = [(f.job_id, f.lease_token) for f in finishes if f.job_id not in finalized]
+        lost = [] if finalized is None else [(f.job_id, f.lease_token) for f in finishes if f.job_id not in finalized]
         if lost:
             mark_lost(lost, reason="lease lost before finalize: another owner has the job")
             result.lost = [job_id for job_id, _ in lost]

@@ -106,10 +106,8 @@ class Completer:
         first: dict[uuid.UUID, tuple[Finish, bool]] = {}
         later: list[tuple[Finish, bool]] = []
         for item in self._unwritten:
-            if item[0].job_id in first:
+            if first.setdefault(item[0].job_id, item) is not item:
                 later.append(item)
-            else:
-                first[item[0].job_id] = item
         self._writing, self._unwritten = list(first.values()), later
         if self._writer is not None:
             self._writer.write(self._writing)
@@ -138,11 +136,12 @@ class Completer:
                 self._ledger.remove(finish.lease_token)
                 self._pool.release()
             attempt = flight.job.attempt if flight else "?"
-            if finish.job_id in lost:
+            if lost and finish.job_id in lost:
                 if not (flight and flight.timed_out and frees):
                     logger.warning("job=%s attempt=%s lease lost; result discarded", finish.job_id, attempt)
                 continue
-            status = JobStatus.CANCELLED if finish.job_id in result.cancelled else finish.status
+            cancelled = bool(result.cancelled) and finish.job_id in result.cancelled
+            status = JobStatus.CANCELLED if cancelled else finish.status
             self.finished += 1
             self.ended[status] += 1
             _log(finish, attempt, flight.job.kind if flight else None)
@@ -155,7 +154,7 @@ class Completer:
                     job_id=finish.job_id,
                     kind=flight.job.kind,
                     status=str(status),
-                    outcome=str(Outcome.CANCELLED if finish.job_id in result.cancelled else finish.outcome),
+                    outcome=str(Outcome.CANCELLED if cancelled else finish.outcome),
                     attempt=flight.job.attempt,
                     seconds=seconds,
                 )

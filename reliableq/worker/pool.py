@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
+from django.db.backends.signals import connection_created
 
 from .. import registry
 from ..queue import ClaimedJob
@@ -172,12 +173,28 @@ class Pool:
         connections.close_all()
 
 
+_opened = threading.local()  # .connections: alias -> the wrapper this thread connected through
+
+
+def _connected(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """connection_created, in the thread that connected: remember the wrapper for that thread."""
+    known = getattr(_opened, "connections", None)
+    if known is None:
+        known = _opened.connections = {}
+    known[connection.alias] = connection
+
+
+connection_created.connect(_connected, dispatch_uid="reliableq.worker.pool")
+
+
 def _drop_broken_connections() -> None:
     """Close this thread's connections that a handler left unusable; keep healthy ones open.
 
     (close_old_connections() would also close healthy ones when CONN_MAX_AGE is 0, and
-    reconnecting for every job is the slowest thing a handler thread could do.)
+    reconnecting for every job is the slowest thing a handler thread could do.) Only the
+    connections this thread has opened are looked at: asking Django for all of them, alias by
+    alias through its per-thread storage, cost more than a no-op job's own run.
     """
-    for conn in connections.all(initialized_only=True):
+    for conn in getattr(_opened, "connections", {}).values():
         if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
             conn.close()
