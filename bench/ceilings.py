@@ -83,8 +83,10 @@ def _literal(cursor: Any, sql: str, params: list[Any]) -> str:
     return cursor.mogrify(sql, params)
 
 
-def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
-    """A pgbench script with the same two transactions; claimed ids flow to the finish through \\gset."""
+def pgbench_script(spec: dict[str, Any], batch: int, dsn: str, *, fused: bool = False) -> str:
+    """A pgbench script with the same two transactions; claimed ids flow to the finish through \\gset.
+
+    fused: the claim and the finish in one transaction instead (one commit a batch)."""
     import psycopg
 
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:
@@ -113,6 +115,9 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str) -> str:
     def one_line(sql: str) -> str:
         return " ".join(sql.split())
 
+    if fused:
+        lines = ["BEGIN;", *(one_line(s) + ";" for s in before), one_line(take) + " \\gset"]
+        return "\n".join([*lines, one_line(finish) + ";", "COMMIT;"]) + "\n"
     lines = ["BEGIN;"] if spec["claim_atomic"] else []
     lines += [one_line(s) + ";" for s in before]
     lines += [one_line(take) + " \\gset"]

@@ -46,6 +46,10 @@ class Profile:
     fair_tenant_jobs: int  # ... of this many jobs each
     fair_keys: int  # the claim's cost is measured beside a backlog over this many keys
     peers: bool
+    # The ceilings scenario also runs pgbench with each claim and its finish in one transaction: one
+    # commit and one WAL flush a batch, not two. What a fused finish-and-claim statement could gain
+    # in PostgreSQL, at most (it would still take the two statements' work).
+    ceiling_fused: bool = False
 
 
 PROFILES = {

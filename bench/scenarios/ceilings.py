@@ -20,7 +20,7 @@ from .registry import scenario
 @scenario(
     "ceilings",
     title="Ceilings: PostgreSQL's own limit and bare Python's",
-    knobs=("reps", "seconds", "min_jobs", "fleet"),
+    knobs=("reps", "seconds", "min_jobs", "fleet", "ceiling_fused"),
     needs=("throughput",),
 )  # stated as fractions of the fleet
 def ceilings(bench: Bench, s: Section) -> None:
@@ -40,6 +40,11 @@ def ceilings(bench: Bench, s: Section) -> None:
     script = bench.out / "cycle.pgbench.sql"
     script.write_text(ceiling_sql.pgbench_script(spec, fc, bench.database_url))
     pg = _pgbench(bench, script)
+    fused = None
+    if bench.p.ceiling_fused:
+        fused_script = bench.out / "cycle-fused.pgbench.sql"
+        fused_script.write_text(ceiling_sql.pgbench_script(spec, fc, bench.database_url, fused=True))
+        fused = _pgbench(bench, fused_script, label="pgbench fused")
     bare = _bare(bench, statements, fp)
     # One process against one: what the worker's Python adds over the loop's, with no second process.
     bare_one = _bare(bench, statements, 1) if fp != 1 else bare
@@ -72,6 +77,16 @@ def ceilings(bench: Bench, s: Section) -> None:
         ],
         [f"ReliableQ fleet {fp} x {fc}", fleet.text(), cycle_ms_range(fleet), "100%"],
     ]
+    if fused is not None:
+        rows.insert(
+            1,
+            [
+                "pgbench, claim and finish in one transaction (a fused statement's bound)",
+                fused.text(),
+                cycle_ms_range(fused),
+                fmt_pct(ratio(fleet.median, fused.median)),
+            ],
+        )
     if one is not None and fp != 1:
         rows.append(
             [
@@ -100,18 +115,22 @@ def ceilings(bench: Bench, s: Section) -> None:
     )
     bench.results["ceilings"] = {"pgbench": pg, "bare": bare, "bare_one": bare_one}
     s.data = {"pgbench": pg.to_json(), "bare": bare.to_json(), "bare_one": bare_one.to_json()}
+    if fused is not None:
+        bench.results["ceilings"]["pgbench_fused"] = fused
+        s.data["pgbench_fused"] = fused.to_json()
 
 
-def _pgbench(bench: Bench, script: Path) -> Summary:
+def _pgbench(bench: Bench, script: Path, *, label: str = "pgbench") -> Summary:
     """pgbench runs the captured claim and finish with the fleet's clients, until every loaded job is done."""
     fp, fc = bench.p.fleet
     socket_dir = connection.settings_dict["HOST"]
-    pg = bench.repetitions(ceiling="pgbench", clients=fp, batch=fc)
-    guess = bench.rates.get("ceiling:pgbench", 4000)
+    pg = bench.repetitions(ceiling=label, clients=fp, batch=fc)
+    key = f"ceiling:{label}"
+    guess = bench.rates.get(key, bench.rates.get("ceiling:pgbench", 4000))
     for rep in range(bench.p.reps):
-        n = bench.size("ceiling:pgbench", guess)
+        n = bench.size(key, guess)
         per_client = math.ceil(n / (fc * fp))
-        run = f"ceiling pgbench {fp} clients batch {fc} rep {rep + 1}"
+        run = f"ceiling {label} {fp} clients batch {fc} rep {rep + 1}"
         drive = partial(
             ceiling_sql.run_pgbench,
             script,
@@ -119,10 +138,10 @@ def _pgbench(bench: Bench, script: Path) -> Summary:
             transactions=per_client + 5,
             socket_dir=socket_dir,
             database=connection.settings_dict["NAME"],
-            log=bench.logs / f"pgbench-{rep}.log",
+            log=bench.logs / f"{label.replace(' ', '-')}-{rep}.log",
         )
         rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=drive)
-        bench.rates["ceiling:pgbench"] = rate
+        bench.rates[key] = rate
         pg.values.append(rate)
         bench.say(f"  {run}: {rate:,.0f} jobs/s")
     return pg

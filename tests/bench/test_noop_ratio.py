@@ -32,7 +32,7 @@ def test_the_fleet_keeps_its_share_of_the_bare_loops_rate(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if k not in drop}
     argv = [sys.executable, "-m", "bench", "--profile", "smoke", "--only", "throughput,ceilings", "--no-peers"]
     argv += ["--set", "fleet=2,16", "--set", "concurrency=16", "--set", "processes=2", "--set", "seconds=1.5"]
-    argv += ["--set", "reps=3", "--out", str(out), "--data-dir", str(DATA_DIR)]
+    argv += ["--set", "reps=3", "--set", "ceiling_fused=1", "--out", str(out), "--data-dir", str(DATA_DIR)]
     try:
         result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     finally:
@@ -43,6 +43,8 @@ def test_the_fleet_keeps_its_share_of_the_bare_loops_rate(tmp_path: Path) -> Non
 
     results = json.loads((out / "results.json").read_text())
     assert results["gate_passed"] is True, "a run lost or doubled a job: its rate means nothing"
+    fused = results["sections"]["ceilings"]["pgbench_fused"]  # the one-transaction script ran, every job done
+    assert len(fused["values"]) == 3 and min(fused["values"]) > 0, fused
     [share] = [t for t in results["targets"] if t["target"] == "fleet as a fraction of the bare psycopg loop"]
     low, high = share["range"]
     assert share["value"] >= FLOOR, (
