@@ -7,12 +7,11 @@ It starts its own PostgreSQL (.pgdata/bench-smoke), workers and gunicorn in a su
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.running import run_bench
 
 # Not Django-version dependent (the Django 6.1 pass skips it), and minutes long: nightly, not in CI.
 pytestmark = [pytest.mark.heavy, pytest.mark.nightly]
@@ -59,20 +58,8 @@ PLOTS = [
 @pytest.mark.timeout(600)
 def test_smoke_profile_runs_green_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "bench", "--profile", "smoke", "--out", str(out), "--data-dir", str(DATA_DIR)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=570,  # a hang guard: 3 to 6 minutes on the shared 2-core machine under a load of 5 to 8
-        )
-    finally:
-        from testproject import embedded
-
-        embedded.stop(DATA_DIR)
+    # A hang guard: 3 to 6 minutes on the shared 2-core machine under a load of 5 to 8.
+    result = run_bench(["--profile", "smoke", "--out", str(out)], data_dir=DATA_DIR, timeout=570)
     assert result.returncode == 0, result.stderr[-6000:]
     assert "GREEN" in result.stderr
     assert "[00:" in result.stderr  # progress lines while it runs

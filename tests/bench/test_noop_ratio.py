@@ -9,12 +9,11 @@ about half, not the noise. The benchmark's quick profile is where the figures co
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.running import run_bench
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
@@ -28,17 +27,10 @@ def test_the_fleet_keeps_its_share_of_the_bare_loops_rate(tmp_path: Path) -> Non
     out = tmp_path / "results"
     # Not under coverage (CI's stage 1 traces every Python subprocess): tracing slows the worker's
     # Python per job far more than the bare loop's, and the ratio would measure the tracer.
-    drop = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    argv = [sys.executable, "-m", "bench", "--profile", "smoke", "--only", "throughput,ceilings", "--no-peers"]
+    argv = ["--profile", "smoke", "--only", "throughput,ceilings", "--no-peers"]
     argv += ["--set", "fleet=2,16", "--set", "concurrency=16", "--set", "processes=2", "--set", "seconds=1.5"]
-    argv += ["--set", "reps=3", "--set", "ceiling_fused=1", "--out", str(out), "--data-dir", str(DATA_DIR)]
-    try:
-        result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
-    finally:
-        from testproject import embedded
-
-        embedded.stop(DATA_DIR)
+    argv += ["--set", "reps=3", "--set", "ceiling_fused=1", "--out", str(out)]
+    result = run_bench(argv, data_dir=DATA_DIR, timeout=280, untraced=True)
     assert result.returncode == 0, result.stderr[-4000:]
 
     results = json.loads((out / "results.json").read_text())

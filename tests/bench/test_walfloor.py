@@ -8,34 +8,23 @@ versions writes fewer index records per job.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.heavy
+from tests.bench.running import run_bench
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.heavy
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_every_layout_runs_and_its_wal_is_split_by_relation(tmp_path: Path) -> None:
     data_dir = tmp_path / "pg"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "bench.walfloor", "--jobs", "800", "--warmup", "200", "--rounds", "1",
-             "--data-dir", str(data_dir)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=280,
-        )  # fmt: skip
-    finally:
-        from testproject import embedded
-
-        embedded.stop(data_dir)
+    result = run_bench(
+        ["--jobs", "800", "--warmup", "200", "--rounds", "1"], data_dir=data_dir, timeout=280, module="bench.walfloor"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     out = result.stdout
     rows = dict(re.findall(r"^\| (today|today, no listings|narrow|history in the row) \| ([\d,]+) \|", out, re.M))

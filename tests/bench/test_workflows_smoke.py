@@ -9,19 +9,17 @@ its workflow, and starts after it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.running import run_bench
 
 # Minutes on the shared 2-core machine, and not Django-version dependent: nightly, as its neighbours.
 pytestmark = [pytest.mark.heavy, pytest.mark.nightly]
 
 pytest.importorskip("matplotlib")
 
-ROOT = Path(__file__).resolve().parents[2]
 REPS = 2
 
 
@@ -30,18 +28,11 @@ REPS = 2
 def test_workflows_scenario_runs_green_and_reports_every_repetition(tmp_path: Path) -> None:
     out = tmp_path / "results"
     data_dir = tmp_path / "pg"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "bench", "--profile", "smoke", "--only", "workflows", "--no-peers",
-             "--set", f"reps={REPS}", "--set", "workflow_members=60", "--set", "workflow_chain=20",
-             "--out", str(out), "--data-dir", str(data_dir)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=380,
-        )  # fmt: skip
-    finally:
-        from testproject import embedded
-
-        embedded.stop(data_dir)
+    result = run_bench(
+        ["--profile", "smoke", "--only", "workflows", "--no-peers", "--set", f"reps={REPS}",
+         "--set", "workflow_members=60", "--set", "workflow_chain=20", "--out", str(out)],
+        data_dir=data_dir, timeout=380,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-6000:]
     assert "GREEN" in result.stderr
 
