@@ -72,8 +72,8 @@ def capture(queue: str) -> dict[str, Any]:
         "finish": {"sql": finish[0][0]},  # the fenced UPDATE; what follows it (mark_lost) runs only on a lost lease
         "finish_atomic": atomic[id(finish)],
         # The worker's cycle: its finish and its next claim in one transaction (one commit), where
-        # this tree has that (a bisected older one sends each on its own).
-        "fused": hasattr(jobqueue, "finish_and_claim"),
+        # it joins them on this server (a bisected older tree sends each on its own).
+        "fused": hasattr(jobqueue, "joins") and jobqueue.joins(),
     }
 
 
