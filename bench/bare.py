@@ -3,9 +3,8 @@
     python -m bench.bare STATEMENTS_JSON --batch 8 --worker-id bare-0
 
 No Django, no threads, no handler, no logging: claim a batch (the captured rescue and take
-statements, exactly as jobqueue.claim sends them), then finish the whole batch (the captured
-finish statement); where the worker joins a batch's finish and its next claim in one transaction
-(spec["fused"]), so does this loop. Stops at the first empty claim:
+statements, in one transaction, exactly as jobqueue.claim sends them), then finish the whole
+batch (the captured finish statement, in its own transaction). Stops at the first empty claim:
 with SKIP LOCKED, a row it skipped is held by another claimer, who will take it.
 Statements come from bench.ceilings.capture(), so this loop and the worker send the same SQL.
 """
@@ -47,27 +46,20 @@ def main(argv: list[str] | None = None) -> int:
         claim_tx = conn.transaction if spec["claim_atomic"] else contextlib.nullcontext
         finish_tx = conn.transaction if spec["finish_atomic"] else contextlib.nullcontext
         time.sleep(max(0.0, args.start_at - time.time()))  # every process connected, then all start together
-        # The worker's cycle where it joins them: a batch's finish and the next claim in one transaction.
-        cycle_tx = conn.transaction if spec.get("fused") else contextlib.nullcontext
-        if spec.get("fused"):
-            claim_tx = finish_tx = contextlib.nullcontext
-        rows: list = []
         while True:
-            with cycle_tx():
-                if rows:
-                    with finish_tx():
-                        # The batch's ends as the worker sends them: one JSON text (reliableq.queue.finishes).
-                        ends = json.dumps([[str(r[0]), str(r[7]), "SUCCEEDED", "SUCCEEDED", "", 0.0, ""] for r in rows])
-                        conn.execute(finish_sql, [ends], prepare=True)
-                    done += len(rows)
-                with claim_tx():
-                    claimed: list = []
-                    for sql, params in claim:
-                        cur = conn.execute(sql, params, prepare=True)
-                        claimed = cur.fetchall() if cur.description else claimed
-                rows = claimed
+            with claim_tx():
+                rows = []
+                for sql, params in claim:
+                    cur = conn.execute(sql, params, prepare=True)
+                    rows = cur.fetchall() if cur.description else rows
             if not rows:
                 break
+            n = len(rows)
+            with finish_tx():
+                # The batch's ends as the worker sends them: one JSON text (reliableq.queue.finishes).
+                ends = json.dumps([[str(r[0]), str(r[7]), "SUCCEEDED", "SUCCEEDED", "", 0.0, ""] for r in rows])
+                conn.execute(finish_sql, [ends], prepare=True)
+            done += n
     print(json.dumps({"done": done}))
     return 0
 

@@ -71,9 +71,6 @@ def capture(queue: str) -> dict[str, Any]:
         "claim_atomic": atomic[id(claim)],  # False: one statement in autocommit, no BEGIN/COMMIT
         "finish": {"sql": finish[0][0]},  # the fenced UPDATE; what follows it (mark_lost) runs only on a lost lease
         "finish_atomic": atomic[id(finish)],
-        # The worker's cycle: its finish and its next claim in one transaction (one commit), where
-        # it joins them on this server (a bisected older tree sends each on its own).
-        "fused": hasattr(jobqueue, "joins") and jobqueue.joins(),
     }
 
 
@@ -86,13 +83,10 @@ def _literal(cursor: Any, sql: str, params: list[Any]) -> str:
     return cursor.mogrify(sql, params)
 
 
-def pgbench_script(spec: dict[str, Any], batch: int, dsn: str, *, fused: bool | None = None) -> str:
-    """A pgbench script with the worker's claim and finish; claimed ids flow to the finish through \\gset.
+def pgbench_script(spec: dict[str, Any], batch: int, dsn: str, *, fused: bool = False) -> str:
+    """A pgbench script with the same two transactions; claimed ids flow to the finish through \\gset.
 
-    fused: the claim and the finish in one transaction (one commit a batch), or each in its own;
-    by default as the worker sends them (spec["fused"])."""
-    if fused is None:
-        fused = bool(spec.get("fused"))
+    fused: the claim and the finish in one transaction instead (one commit a batch)."""
     import psycopg
 
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:

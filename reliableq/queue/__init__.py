@@ -32,7 +32,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .claims import claim, finish_and_claim, joins, single_statement
+    from .claims import claim
     from .finishes import finish, mark_lost, record_progress, release_unacknowledged, renew
     from .limits import rate_shards, shard_room
     from .pick import guard_claims
@@ -44,9 +44,6 @@ if TYPE_CHECKING:
 # the models, so importing the package itself must not import them.
 _HOMES = {
     "claim": "claims",
-    "finish_and_claim": "claims",
-    "joins": "claims",
-    "single_statement": "claims",
     "finish": "finishes",
     "mark_lost": "finishes",
     "record_progress": "finishes",
@@ -84,9 +81,7 @@ __all__ = [
     "Rescued",
     "claim",
     "finish",
-    "finish_and_claim",
     "guard_claims",
-    "joins",
     "mark_lost",
     "progress_value",
     "rate_shards",
@@ -95,5 +90,4 @@ __all__ = [
     "renew",
     "rescue",
     "shard_room",
-    "single_statement",
 ]

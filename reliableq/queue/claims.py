@@ -7,10 +7,9 @@ from collections.abc import Mapping, Sequence
 from ..floors import ClaimFloors
 from ..registry import Limits
 from . import db
-from .finishes import finish
 from .limits import take_limited, take_rated
 from .pick import guard_claims, take
-from .records import ClaimedJob, Finish, FinishResult, Rescued
+from .records import ClaimedJob, Rescued
 from .rescues import rescue_expired
 
 
@@ -76,50 +75,3 @@ def claim(
             break
         jobs += take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
     return jobs, rescued
-
-
-def single_statement(limits: Mapping[str, Limits] | None) -> bool:
-    """Whether a claim without rescue under these limits is one statement (no kind limited)."""
-    return not any(lim.limited for lim in (limits or {}).values())
-
-
-def finish_and_claim(
-    finishes: Sequence[Finish],
-    *,
-    worker_id: str,
-    queues: Sequence[str],
-    limit: int,
-    lease_seconds: float,
-    limits: Mapping[str, Limits] | None = None,
-    floors: ClaimFloors | None = None,
-) -> tuple[FinishResult, list[ClaimedJob]]:
-    """Write these ends, then claim up to `limit` due jobs, in one transaction.
-
-    Apart, each is one autocommit statement that commits on its own; together they commit once, and
-    a worker whose slots all wait on these ends claims in the same pass of its loop, with no
-    hand-off to the completer's thread and back. It takes two more round trips (BEGIN, COMMIT):
-    worth it on this machine (db.nearby()), not over a network.
-    Both keep their fences: the finish changes only rows still held under its tokens, and the
-    claim sees the finish's changes (a retry due at once may be claimed again here). Only for a
-    claim that is one statement (no rescue, no limited kind: single_statement()): the limited
-    kinds' claims wait for their locks, which must not happen under the finish's row locks.
-    """
-    if not single_statement(limits):
-        raise ValueError("finish_and_claim() takes only a claim that is one statement (no limited kind).")
-    with db.atomic():
-        result = finish(finishes)
-        jobs, _ = claim(
-            worker_id=worker_id,
-            queues=queues,
-            limit=limit,
-            lease_seconds=lease_seconds,
-            limits=limits,
-            rescue=False,
-            floors=floors,
-        )
-    return result, jobs
-
-
-def joins() -> bool:
-    """Whether a worker here should write its ends in its next claim's transaction (db.nearby())."""
-    return db.nearby()

@@ -74,24 +74,6 @@ def run(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
             raw.execute(sql, params)
 
 
-LOOPBACK = ("localhost", "127.0.0.1", "::1")
-
-
-def nearby() -> bool:
-    """Whether the queue's connection reaches PostgreSQL itself on this machine: a unix socket or a
-    loopback address, and no pooler between (what run() finds before it prepares).
-
-    There a round trip costs tens of microseconds, less than a hand-off between threads; over a
-    network it can cost a millisecond, and a worker then does better with fewer of them.
-    """
-    conn = connection()
-    host = str(conn.settings_dict.get("HOST") or "")
-    if host and not host.startswith("/") and host.strip("[]").lower() not in LOOPBACK:
-        return False
-    conn.ensure_connection()
-    return _may_prepare(conn.connection)
-
-
 # True while run() hands a statement it would prepare to the execute wrappers (the plan tests read it).
 preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("reliableq_preparing", default=False)
 # psycopg connection -> whether it reaches PostgreSQL directly (decided once per connection).

@@ -197,8 +197,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     together = members or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
     # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     # attempts could be planned as a scan of them for each row of `closing`.
-    # Inside a caller's transaction (finish_and_claim) the statements are atomic with it already.
-    with db.atomic() if together and not db.connection().in_atomic_block else contextlib.nullcontext():
+    with db.atomic() if together else contextlib.nullcontext():
         with db.cursor() as cursor:
             db.run(
                 cursor,

@@ -98,38 +98,26 @@ class Completer:
         """How many of the ends not yet committed will free a slot once they are."""
         return sum(1 for _, frees in self._unwritten + self._writing if frees)
 
-    def take(self) -> list[tuple[Finish, bool]] | None:
-        """The next batch to write, one Finish per job (a late result and its own timeout go in
-        separate batches, so each is fenced on its own), now in flight; None when there is nothing
-        to write or a batch is in flight already. apply() or give_back() ends its flight."""
+    def write(self) -> None:
+        """Start writing what is collected, one Finish per job per batch (a late result and its own
+        timeout go in separate batches, so each is fenced on its own)."""
         if not self._unwritten or self._writing:
-            return None
+            return
         first: dict[uuid.UUID, tuple[Finish, bool]] = {}
         later: list[tuple[Finish, bool]] = []
         for item in self._unwritten:
             if first.setdefault(item[0].job_id, item) is not item:
                 later.append(item)
         self._writing, self._unwritten = list(first.values()), later
-        return self._writing
-
-    def give_back(self) -> None:
-        """The batch in flight was not written (its statement failed): it is written again later."""
-        self._unwritten, self._writing = self._writing + self._unwritten, []
-
-    def write(self) -> None:
-        """Start writing what is collected: on the writer's thread, or here without a Writer."""
-        batch = self.take()
-        if batch is None:
-            return
         if self._writer is not None:
-            self._writer.write(batch)
+            self._writer.write(self._writing)
             return
         try:
-            result = self._store.finish([f for f, _ in batch])
+            result = self._store.finish([f for f, _ in self._writing])
         except BaseException:
-            self.give_back()
+            self._unwritten, self._writing = self._writing + self._unwritten, []
             raise
-        self.apply(Written(batch, result))
+        self.apply(Written(self._writing, result))
 
     def apply(self, written: Written) -> None:
         """The batch has committed (or failed: it is kept to be written again, and the error raised)."""

@@ -319,32 +319,16 @@ class Worker:
         self._collect()
         self._linger(pool)
         self._expire_timeouts()
+        self.completer.write()
         self._short_result = False
-        # The ends and the claim into the slots they free go in one transaction when the claim is
-        # one statement and the database is near; otherwise the writer writes them while this thread claims.
-        fuse = not self._stopping and self.producer.fuses
-        if not fuse:
-            self.completer.write()
         if self._stopping:
             return False
         maintenance.tick(time.monotonic())
-        batch = self.completer.take() if fuse else None
+        if pool.free <= 0:
+            return False  # a completion will wake us
         # Expired leases are taken back by the maintenance leader, once for the fleet.
-        if batch is None:
-            if pool.free <= 0:
-                return False  # a completion will wake us
-            return self.producer.produce(rescue=False)
-        completer = self.completer
-        try:
-            return self.producer.produce(
-                rescue=False,
-                ends=[finish for finish, _ in batch],
-                frees=sum(1 for _, frees in batch if frees),
-                written=lambda result: completer.apply(Written(batch, result)),
-            )
-        except BaseException:
-            completer.give_back()
-            raise
+        idle = self.producer.produce(rescue=False)
+        return idle
 
     def _wait(self, seconds: float) -> None:
         """Sleep until an event arrives or `seconds` pass; keep the event for _collect."""

@@ -34,22 +34,6 @@ class Store(Protocol):
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult: ...
 
-    def finish_and_claim(
-        self,
-        finishes: Sequence[Finish],
-        *,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        lease_seconds: float,
-        limits: Mapping[str, Limits],
-    ) -> tuple[FinishResult, list[ClaimedJob]]:
-        """finish(), then a claim without rescue, committed together (a claim of one statement only:
-        jobqueue.single_statement(limits))."""
-
-    def joins(self) -> bool:
-        """Whether finish_and_claim() pays here (fewer hand-offs for two more round trips)."""
-
     def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
         """The job ids still owned, each with whether an operator asked to cancel it."""
 
@@ -117,29 +101,6 @@ class DatabaseStore:
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
         return jobqueue.finish(finishes)
-
-    def finish_and_claim(
-        self,
-        finishes: Sequence[Finish],
-        *,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        lease_seconds: float,
-        limits: Mapping[str, Limits],
-    ) -> tuple[FinishResult, list[ClaimedJob]]:
-        return jobqueue.finish_and_claim(
-            finishes,
-            worker_id=worker_id,
-            queues=queues,
-            limit=limit,
-            lease_seconds=lease_seconds,
-            limits=limits,
-            floors=self._floors,
-        )
-
-    def joins(self) -> bool:
-        return jobqueue.joins()
 
     def renew(self, held: Iterable[Lease], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
         return jobqueue.renew(held, lease_seconds=lease_seconds)

@@ -17,7 +17,6 @@ import pytest
 from django.db import OperationalError
 
 import reliableq
-from reliableq import registry
 from reliableq.queue import ClaimedJob, Finish, FinishResult, Rescued
 from reliableq.registry import Limits
 from reliableq.services import Retained
@@ -60,8 +59,6 @@ class FakeStore:
     finishes: list[Finish] = field(default_factory=list)
     released: list[uuid.UUID] = field(default_factory=list)
     fail_next_claim_after_commit: bool = False
-    joined: int = 0  # finish_and_claim calls: ends written in the claim's transaction
-    near: bool = True  # joins(): the database is on this machine
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, n: int = 1) -> list[uuid.UUID]:
@@ -118,26 +115,6 @@ class FakeStore:
                 else:
                     result.lost.append(f.job_id)
             return result
-
-    def joins(self) -> bool:
-        return self.near
-
-    def finish_and_claim(
-        self,
-        finishes: Sequence[Finish],
-        *,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        lease_seconds: float,
-        limits: Mapping[str, Limits],
-    ) -> tuple[FinishResult, list[ClaimedJob]]:
-        self.joined += 1
-        result = self.finish(finishes)
-        jobs, _ = self.claim(
-            worker_id=worker_id, queues=queues, limit=limit, lease_seconds=lease_seconds, limits=limits, rescue=False
-        )
-        return result, jobs
 
     def renew(self, held: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
         with self.lock:
@@ -322,39 +299,3 @@ def test_successes_are_logged_at_debug_and_summed_up_once_an_interval_at_info(mo
     assert "succeeded); " in summary and " in flight" in summary, summary
     # One line an interval at INFO, not one a job: a success alone is a DEBUG record.
     assert not [r for r in caplog.records if "job=" in r.getMessage()], caplog.text
-
-
-def test_ends_are_written_in_the_next_claims_transaction_unless_far_or_a_kind_is_limited(monkeypatch):
-    # Other tests register limited kinds in this process: without them first.
-    unlimited = {kind: h for kind, h in registry._handlers.items() if h.limits is None or not h.limits.limited}
-    monkeypatch.setattr(registry, "_handlers", unlimited)
-    store = FakeStore()
-    ids = store.add("fake.quick", 6)
-    worker, thread, _ = start(store, concurrency=2)
-    wait_until(lambda: all(store.rows[i].status == "SUCCEEDED" for i in ids), timeout=10, what="every job done")
-    worker.request_stop()
-    thread.join(10)
-    assert store.joined >= 3 and worker.finished == 6  # two slots, six jobs: three rounds at least
-
-    # A limited kind's claim waits for its locks, never under a finish's row locks: written apart.
-
-    def limited(job: Any) -> None:
-        return None
-
-    # Over a network, two more round trips a batch cost more than the hand-offs they save: apart too.
-    store = FakeStore(near=False)
-    ids = store.add("fake.quick", 6)
-    worker, thread, _ = start(store, concurrency=2)
-    wait_until(lambda: all(store.rows[i].status == "SUCCEEDED" for i in ids), timeout=10, what="every job done")
-    worker.request_stop()
-    thread.join(10)
-    assert store.joined == 0 and worker.finished == 6
-
-    reliableq.handler("fake.limited", max_running=5)(limited)
-    store = FakeStore()
-    ids = store.add("fake.quick", 6)
-    worker, thread, _ = start(store, concurrency=2)
-    wait_until(lambda: all(store.rows[i].status == "SUCCEEDED" for i in ids), timeout=10, what="every job done")
-    worker.request_stop()
-    thread.join(10)
-    assert store.joined == 0 and worker.finished == 6
