@@ -59,6 +59,8 @@ class FakeStore:
     finishes: list[Finish] = field(default_factory=list)
     released: list[uuid.UUID] = field(default_factory=list)
     fail_next_claim_after_commit: bool = False
+    fail_next_finish: bool = False  # the next finish raises before it writes anything
+    writers: list[str] = field(default_factory=list)  # the thread that wrote each batch of ends
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, n: int = 1) -> list[uuid.UUID]:
@@ -105,6 +107,10 @@ class FakeStore:
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
         with self.lock:
+            if self.fail_next_finish:
+                self.fail_next_finish = False
+                raise OperationalError("the server closed the connection")
+            self.writers.append(threading.current_thread().name)
             result = FinishResult()
             for f in finishes:
                 self.finishes.append(f)
@@ -299,3 +305,29 @@ def test_successes_are_logged_at_debug_and_summed_up_once_an_interval_at_info(mo
     assert "succeeded); " in summary and " in flight" in summary, summary
     # One line an interval at INFO, not one a job: a success alone is a DEBUG record.
     assert not [r for r in caplog.records if "job=" in r.getMessage()], caplog.text
+
+
+def test_ends_that_every_slot_waits_on_are_written_by_the_loop_and_the_rest_by_the_writer():
+    store = FakeStore()
+    store.add("fake.quick", 6)
+    worker, thread, _ = start(store, concurrency=2)
+    wait_until(lambda: all(r.status == "SUCCEEDED" for r in store.rows.values()), timeout=10, what="every job done")
+    # Three claims of two: each batch of ends held both slots, so the loop wrote it itself.
+    assert store.writers == [thread.name] * 3, store.writers
+    store.add("fake.quick", 1)  # one job in three slots: the writer writes its end while slots are free
+    wait_until(lambda: all(r.status == "SUCCEEDED" for r in store.rows.values()), timeout=10, what="the last job done")
+    worker.request_stop()
+    thread.join(10)
+    assert store.writers[3:] == ["reliableq-completer"], store.writers
+    assert worker.finished == 7 and len(store.finishes) == 7
+
+
+def test_a_failed_write_on_the_loops_thread_keeps_the_ends_and_writes_them_again():
+    store = FakeStore(fail_next_finish=True)
+    store.add("fake.quick", 2)
+    worker, thread, outcome = start(store, concurrency=2, burst=True)
+    thread.join(10)
+    assert outcome == {"code": 0}
+    assert [r.status for r in store.rows.values()] == ["SUCCEEDED", "SUCCEEDED"]
+    # Nothing was lost or written twice: the retried batch is the only one that wrote.
+    assert store.writers == [thread.name] and len(store.finishes) == 2 and worker.finished == 2
