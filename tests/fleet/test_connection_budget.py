@@ -28,7 +28,9 @@ def server_connections(query_like: str = "%") -> int:
 def test_a_worker_holds_a_connection_for_its_loop_completer_heartbeat_and_listen(db_url, spawn_worker):
     db = dburl.parse(db_url)
     db["OPTIONS"] = {**db["OPTIONS"], "application_name": NAME}
-    spawn_worker("--concurrency", "4", env={"DATABASE_URL": dburl.build(db), "RELIABLEQ_LEASE_SECONDS": "1.5"})
+    # Eight slots for four jobs: with slots free, the completer writes the ends on its own connection
+    # (when every slot waits on them, the loop writes them itself and the completer opens none).
+    spawn_worker("--concurrency", "8", env={"DATABASE_URL": dburl.build(db), "RELIABLEQ_LEASE_SECONDS": "1.5"})
     wait_until(lambda: server_connections("LISTEN%") == 1, timeout=30, what="the worker's LISTEN connection")
 
     # Four handlers of 2 s each, past several renewals (every 0.5 s): the heartbeat's connection is in use.
