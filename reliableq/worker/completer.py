@@ -36,9 +36,10 @@ class Writer(threading.Thread):
     """Writes batches of ends on a connection of its own while the loop claims on its connection.
 
     The claim and the finish are the two statements of every cycle; one after the other on one
-    connection, the loop waited for each in turn while PostgreSQL had a core to spare. (When no
-    slot is free to claim into, there is nothing to overlap: the loop writes the batch itself.) Each batch's
-    Written goes back through `post` (the loop's events), so the loop alone touches its ledger.
+    connection, the loop waited for each in turn while PostgreSQL had a core to spare. (With no slot
+    free to claim into there is nothing to overlap, and Completer.write writes on the loop's thread.)
+    Each batch's Written goes back through `post` (the loop's events), so the loop alone touches its
+    ledger.
     """
 
     def __init__(self, store: Store, post: Callable[[Written], None]) -> None:
@@ -99,10 +100,13 @@ class Completer:
         """How many of the ends not yet committed will free a slot once they are."""
         return sum(1 for _, frees in self._unwritten + self._writing if frees)
 
-    def write(self, *, here: bool = False) -> None:
+    def write(self) -> None:
         """Start writing what is collected, one Finish per job per batch (a late result and its own
-        timeout go in separate batches, so each is fenced on its own). With `here` (or no Writer),
-        the batch is written and applied on the caller's thread before this returns."""
+        timeout go in separate batches, so each is fenced on its own).
+
+        With a slot free, the Writer writes while the caller claims. With none (or no Writer), the
+        next claim waits for this commit anyway: the batch is written and applied on the caller's
+        thread before this returns, sparing the hand-off to the Writer's thread and back."""
         if not self._unwritten or self._writing:
             return
         first: dict[uuid.UUID, tuple[Finish, bool]] = {}
@@ -111,7 +115,7 @@ class Completer:
             if first.setdefault(item[0].job_id, item) is not item:
                 later.append(item)
         self._writing, self._unwritten = list(first.values()), later
-        if self._writer is not None and not here:
+        if self._writer is not None and self._pool.free > 0:
             self._writer.write(self._writing)
             return
         try:

@@ -319,10 +319,7 @@ class Worker:
         self._collect()
         self._linger(pool)
         self._expire_timeouts()
-        # With no slot free, the next claim waits for these ends' commit anyway: written on this
-        # thread, they spare the hand-off to the writer's thread and back (docs/benchmarks.md).
-        # With slots free, the writer writes while this thread claims.
-        self.completer.write(here=pool.free <= 0)
+        self.completer.write()
         self._short_result = False
         if self._stopping:
             return False
