@@ -80,3 +80,26 @@ def calls(url: str) -> dict[str, int]:
         ).fetchone()
     assert row is not None
     return {duty: int(n) for duty, n in zip(DUTIES, row, strict=True)}
+
+
+# The worker's two hot statements, by text only each carries.
+HOT = {
+    "claims": "(query LIKE '%picked AS MATERIALIZED%' OR query LIKE '%UPDATE reliableq_job j SET status = %RUNNING%')",
+    "finishes": "query LIKE '%fin AS (%UPDATE reliableq_job j%'",
+}
+
+
+def hot_cost(url: str) -> dict[str, tuple[int, float, float]]:
+    """Since the last reset, for claims and finishes: (calls, mean ms, shared buffers touched per call)."""
+    out = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, condition in HOT.items():
+            row = conn.execute(
+                "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time) / nullif(sum(calls), 0), 0),"
+                " coalesce(sum(shared_blks_hit + shared_blks_read)::float / nullif(sum(calls), 0), 0)"
+                f" FROM pg_stat_statements WHERE {condition} AND dbid = (SELECT oid FROM pg_database"
+                " WHERE datname = current_database())"
+            ).fetchone()
+            assert row is not None
+            out[name] = (int(row[0]), float(row[1]), float(row[2]))
+    return out

@@ -7,6 +7,7 @@ import time
 from django.db import transaction
 
 from .. import ceilings as ceiling_sql  # captures the take statement the worker sends
+from .. import statements
 from ..core import Procs, Summary, ratio, wait_for
 from ..systems import QUEUE, ReliableQ, _all, _exec, _one
 from .context import Bench
@@ -36,7 +37,8 @@ def pileup(bench: Bench, s: Section) -> None:
     rates: dict[int, Summary] = {}
     plans: dict[int, str] = {}
     filled = 0
-    with Procs(bench.logs) as procs:
+    seen_in: dict[int, list[str]] = {}
+    with statements.tracking(bench.database_url), Procs(bench.logs) as procs:
         bench.rq.start_workers(procs, processes=fp, concurrency=fc, tag="pile")
         bench.rq.warm_up(procs, fp * fc)
         for level in p.pileup:
@@ -53,18 +55,34 @@ def pileup(bench: Bench, s: Section) -> None:
                 key = "pile"
                 n = bench.size(key, bench.rates.get(f"reliableq:noop:{fp}x{fc}", 800), p.pileup_seconds)
                 run = f"pileup {level:,} finished rows rep {rep + 1}"
-                rate = _pile_run(bench, procs, n, run, filled)
+                rate, seen = _pile_run(bench, procs, n, run, filled)
                 bench.rates[key] = rate
                 rates[level].values.append(rate)
-                bench.say(f"  {run}: {rate:,.0f} jobs/s")
+                seen_in.setdefault(level, []).append(seen)
+                bench.say(f"  {run}: {rate:,.0f} jobs/s, {n:,} jobs; {seen}")
     bench.rq.reset()
     base = rates[p.pileup[0]].median
     rows = [
-        [f"{level:,}", rates[level].text(), fmt_pct(ratio(rates[level].median, base)), _plan_time(plans[level])]
+        [
+            f"{level:,}",
+            rates[level].text(),
+            fmt_pct(ratio(rates[level].median, base)),
+            _plan_time(plans[level]),
+            "<br>".join(seen_in[level]),
+        ]
         for level in p.pileup
     ]
     s.tables.append(
-        table(["finished rows", "jobs/s", "of the empty table", "take statement, EXPLAIN ANALYZE ms"], rows)
+        table(
+            [
+                "finished rows",
+                "jobs/s",
+                "of the empty table",
+                "take statement, EXPLAIN ANALYZE ms",
+                "each repetition's claims and finishes (pg_stat_statements); analyzes during it",
+            ],
+            rows,
+        )
     )
     top = max(p.pileup)
     s.notes.append(f"The take statement's plan at {top:,} finished rows:\n\n```\n{plans[top]}\n```")
@@ -76,11 +94,17 @@ def pileup(bench: Bench, s: Section) -> None:
     s.plots.append(report.plot_pileup(bench.out, rates))
 
 
-def _pile_run(bench: Bench, procs: Procs, n: int, run: str, filled: int) -> float:
-    """One no-op run beside the finished rows, which must come through untouched; return jobs/s."""
+def _pile_run(bench: Bench, procs: Procs, n: int, run: str, filled: int) -> tuple[float, str]:
+    """One no-op run beside the finished rows, which must come through untouched.
+
+    Returns jobs/s and what its claims and finishes cost: their mean time and the buffers each
+    touched (a plan that walks a table shows here first), and the analyzes of the job and attempt
+    tables during the run, autovacuum's and the guard's (each replaces the plans workers cached)."""
     _exec("DELETE FROM reliableq_attempt WHERE job_id IN (SELECT id FROM reliableq_job WHERE kind = 'bench.noop')")
     _exec("DELETE FROM reliableq_job WHERE kind = 'bench.noop'")
     _settle()
+    statements.reset(bench.database_url)
+    analyzed = _analyzes()
     began = time.monotonic()
     bench.rq.load(n, "noop")
     wait_for(lambda: bench.rq.unfinished() == 0, timeout=max(60.0, n / 20), interval=0.05, what=run, procs=procs)
@@ -90,7 +114,23 @@ def _pile_run(bench: Bench, procs: Procs, n: int, run: str, filled: int) -> floa
     kept = _one("SELECT count(*) FROM reliableq_job WHERE kind = 'bench.filler' AND status = 'SUCCEEDED'")[0]
     bench.gate.check(run, f"the {filled:,} finished rows untouched", kept == filled)
     bench.gate.window(run, [o.span], wall, "first-start-to-last-finish span")
-    return n / o.span
+    hot = statements.hot_cost(bench.database_url)
+    auto, manual = (now - then for now, then in zip(_analyzes(), analyzed, strict=True))
+    seen = "; ".join(
+        f"{calls:,} {name}, {mean_ms:.2f} ms and {buffers:,.0f} buffers each"
+        for name, (calls, mean_ms, buffers) in hot.items()
+    )
+    seen += f"; analyzes {auto} by autovacuum, {manual} by the guard"
+    return n / o.span, seen
+
+
+def _analyzes() -> tuple[int, int]:
+    """(autovacuum's analyzes, everyone else's) of the job and attempt tables so far."""
+    auto, manual = _one(
+        "SELECT sum(autoanalyze_count), sum(analyze_count) FROM pg_stat_user_tables"
+        " WHERE relname IN ('reliableq_job', 'reliableq_attempt')"
+    )
+    return int(auto), int(manual)
 
 
 def _fill_finished(count: int) -> None:

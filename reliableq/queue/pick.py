@@ -27,7 +27,11 @@ def guard_claims(queues: Sequence[str], limit: int = 10, fair: Sequence[str] = (
     Once per rescue interval (the maintenance leader, or a claim with rescue): cheaper than
     claiming through a walk of the backlog until autovacuum analyzes the table. With `fair` kinds,
     their pick in turn order too; the statistics it repairs serve their enqueue's reads as well.
+    First, the job and attempt tables are analyzed if they outgrew their statistics fourfold: the
+    plans the workers cached for their finishes and claims were made for the smaller table.
     """
+    if JOB in planguard.keep_up([JOB, ATTEMPT]):
+        return
     if planguard.keep_index(*picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX) or not fair:
         return
     planguard.keep_index(fairness.heads_sql(limit), (queues[0], fair[0]), table=JOB, index=fairness.FAIR_DUE_INDEX)

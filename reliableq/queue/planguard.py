@@ -16,6 +16,15 @@ statistics are stale and the job table is analyzed there and then. Fleet-wide at
 ANALYZE runs at a time and at most one a minute (by PostgreSQL's own clock of the last one,
 pg_stat_user_tables.last_analyze); autovacuum's own analyzes do not count, since one of those,
 run in the middle of a bulk load, is how the statistics went wrong in the first place.
+
+The writes need no such check of their plans, but they have one weakness of their own: a worker
+prepares its hot statements (reliableq.queue.db.run), and PostgreSQL keeps the generic plan it
+made after their first runs until the statistics of a table they read change. Made while a table
+held a few pages, that plan scans it, and keeps scanning it however large it grows: a burst after
+a quiet, vacuumed-empty table ran the finish through a scan of every attempt, ten times slower.
+So a table GROWTH times larger than its statistics say is analyzed too (keep_up), which replaces
+every session's cached plans that read it. Growth bounds the cost: one ANALYZE per fourfold
+growth, whatever the clock says.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from . import db
 logger = logging.getLogger("reliableq.planguard")
 
 MIN_PAGES = 128  # below this (1 MB) any plan of a pick is cheap: never analyze for it
+GROWTH = 4  # a table this many times the pages its statistics describe is analyzed (keep_up)
 REANALYZE_SECONDS = 60.0  # at most one ANALYZE by the guard (or by anyone) per table per minute
 LOCK_TIMEOUT = "1s"  # ANALYZE waits at most this long behind a VACUUM before giving up
 _ADVISORY_KEY = "reliableq:planguard"
@@ -77,19 +87,44 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
     used = scans(plan_of(sql, params), table)
     if all(name == index for name in used):
         return False
+    had = "never analyzed" if reltuples < 0 else f"{reltuples:.0f} rows when last analyzed"
+    return _analyze(table, f"{had}; {pages} pages now): a pick would read it through {', '.join(used)}, not {index}")
+
+
+def keep_up(tables: list[str]) -> list[str]:
+    """Analyze each of `tables` that has grown GROWTH-fold since its statistics were taken.
+
+    Returns the tables it analyzed. The statistics' size is pg_class.relpages, which ANALYZE and
+    VACUUM (autovacuum's too) set: whoever took them last, the next ANALYZE waits for the table
+    to quadruple again. Never raises for the guard's own sake, as keep_index.
+    """
+    with db.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT c.relname, c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int
+              FROM pg_class c WHERE c.oid = ANY(%s::regclass[])
+            """,
+            [tables],
+        )
+        sizes = cursor.fetchall()
+    grown = [(t, was, now) for t, was, now in sizes if now >= MIN_PAGES and now >= GROWTH * max(was, 1)]
+    return [
+        table
+        for table, was, now in grown
+        if _analyze(
+            table, f"{was} pages when last analyzed or vacuumed, {now} now): plans cached for it would be stale"
+        )
+    ]
+
+
+def _analyze(table: str, why: str) -> bool:
+    """ANALYZE `table` now, unless another session is at it; False if it could not."""
     try:
         with db.atomic(), db.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [f"{_ADVISORY_KEY}:{table}"])
             if not cursor.fetchone()[0]:
                 return False  # another worker is analyzing it right now
-            logger.warning(
-                "statistics of %s look stale (%s; %s pages now): a pick would read it through %s, not %s; analyzing",
-                table,
-                "never analyzed" if reltuples < 0 else f"{reltuples:.0f} rows when last analyzed",
-                pages,
-                ", ".join(used),
-                index,
-            )
+            logger.warning("statistics of %s look stale (%s; analyzing", table, why)
             cursor.execute(
                 "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT]
             )
