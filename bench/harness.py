@@ -283,7 +283,7 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
     add(
         f"no-op processing with a fleet ({bench.p.fleet[0]} x {bench.p.fleet[1]})",
         fleet_rate,
-        1500,
+        10_000,  # on two cores; where pgbench itself is slower, the fraction of pgbench below is the goal
         "jobs/s",
         spread=_spread(fleet) if fleet else None,
     )
@@ -334,14 +334,16 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
         spread=_spread(enqueue_one) if enqueue_one else None,
     )
     if "pileup" in r:
-        base, top, level = r["pileup"]
-        add(
-            f"claim throughput at {level:,} finished rows vs an empty table",
-            top.median / base.median,
-            0.80,
-            "fraction",
-            spread=_ratio_spread(top, base),
-        )
+        levels = r["pileup"]
+        base = levels[min(levels)]
+        for level in sorted(levels)[1:]:
+            add(
+                f"claim throughput at {level:,} finished rows vs an empty table",
+                levels[level].median / base.median,
+                0.90,
+                "fraction",
+                spread=_ratio_spread(levels[level], base),
+            )
     if "flow" in r:
         runs = r["flow"]
         for key, label in (("keyed", "1,000 concurrency keys at max_running_per_key=1"), ("rated", "a rate limit")):
@@ -491,8 +493,8 @@ def _closing(bench: Any, targets: list[dict[str, Any]]) -> str:
 
 # What limits each target, stated when a run misses it (keys are substrings of the target names).
 LIMITS: dict[str, str] = {
-    "no-op processing": "the worker's round trips: a claim (one statement) and a finish (BEGIN, the fenced "
-    "statement, COMMIT) per batch, each waking the database on the other core; see the ceilings.",
+    "no-op processing": "the worker's round trips: a claim and a finish per batch, one statement each, each "
+    "waiting for its commit's WAL flush on the other core; see the ceilings.",
     "faster peer": "the fleet's own rate (above) and the database's limit for this SQL (pgbench): the ratio cannot "
     "exceed pgbench's rate over the peer's.",
     "bare psycopg": "the worker's Python per job that the loop does not have: the handler threads' hand-offs and "

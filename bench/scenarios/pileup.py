@@ -86,8 +86,8 @@ def pileup(bench: Bench, s: Section) -> None:
     )
     top = max(p.pileup)
     s.notes.append(f"The take statement's plan at {top:,} finished rows:\n\n```\n{plans[top]}\n```")
-    # Summaries, not medians: the targets quote the ratio with the range over every pair of repetitions.
-    bench.results["pileup"] = (rates[p.pileup[0]], rates[top], top)
+    # Summaries, not medians: the targets quote each level's ratio with the range over every pair of repetitions.
+    bench.results["pileup"] = dict(rates)
     s.data = {"rates": {k: v.to_json() for k, v in rates.items()}, "plans": plans}
     from .. import report
 

@@ -83,7 +83,7 @@ def test_the_targets_show_the_range_of_every_repetition_beside_each_median() -> 
             "fleet": fleet,
             "fleet_peers": {"procrastinate": Summary([400.0, 500.0, 450.0])},
             "enqueue_one": Summary([2000.0]),  # one repetition: no range to show
-            "pileup": (fleet, Summary([1200.0, 1300.0, 1400.0]), 1_000_000),
+            "pileup": {0: fleet, 1_000_000: Summary([1200.0, 1300.0, 1400.0]), 100_000: Summary([1600.0])},
         },
     )
     table = harness._targets_table(harness._targets(bench))
@@ -91,5 +91,7 @@ def test_the_targets_show_the_range_of_every_repetition_beside_each_median() -> 
     assert "| no-op processing with a fleet (2 x 16) | 1,600 jobs/s (1,500–1,700) |" in table
     # A ratio of medians spans every pairing of the two points' repetitions: 1,500 / 500 to 1,700 / 400.
     assert "| 3.56x (3.00x–4.25x) |" in table
-    assert "| 81.2% (70.6%–93.3%) |" in table
+    assert "| 81.2% (70.6%–93.3%) | ≥ 90.0% | **missed** by 10% |" in table
+    assert "claim throughput at 100,000 finished rows vs an empty table | 100.0% (94.1%–106.7%) |" in table
+    assert table.index("at 100,000 finished rows") < table.index("at 1,000,000 finished rows")
     assert "| enqueue, one process, one job per transaction | 2,000 jobs/s |" in table
