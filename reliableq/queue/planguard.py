@@ -22,9 +22,9 @@ prepares its hot statements (reliableq.queue.db.run), and PostgreSQL keeps the g
 made after their first runs until the statistics of a table they read change. Made while a table
 held a few pages, that plan scans it, and keeps scanning it however large it grows: a burst after
 a quiet, vacuumed-empty table ran the finish through a scan of every attempt, ten times slower.
-So a table GROWTH times larger than its statistics say is analyzed too (keep_up), which replaces
-every session's cached plans that read it. Growth bounds the cost: one ANALYZE per fourfold
-growth, whatever the clock says.
+So a table holding GROWTH times the committed rows its statistics say is analyzed too (keep_up),
+which replaces every session's cached plans that read it. Growth bounds the cost: one ANALYZE
+per fourfold growth, whatever the clock says.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from . import db
 logger = logging.getLogger("reliableq.planguard")
 
 MIN_PAGES = 128  # below this (1 MB) any plan of a pick is cheap: never analyze for it
-GROWTH = 4  # a table this many times the pages its statistics describe is analyzed (keep_up)
+GROWTH = 4  # a table with this many times the rows its statistics describe is analyzed (keep_up)
 REANALYZE_SECONDS = 60.0  # at most one ANALYZE by the guard (or by anyone) per table per minute
 LOCK_TIMEOUT = "1s"  # ANALYZE waits at most this long behind a VACUUM before giving up
 _ADVISORY_KEY = "reliableq:planguard"
@@ -92,28 +92,32 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
 
 
 def keep_up(tables: list[str]) -> list[str]:
-    """Analyze each of `tables` that has grown GROWTH-fold since its statistics were taken.
+    """Analyze each of `tables` whose committed rows have grown GROWTH-fold since its statistics.
 
-    Returns the tables it analyzed. The statistics' size is pg_class.relpages, which ANALYZE and
+    Returns the tables it analyzed. The statistics' count is pg_class.reltuples, which ANALYZE and
     VACUUM (autovacuum's too) set: whoever took them last, the next ANALYZE waits for the table
-    to quadruple again. Never raises for the guard's own sake, as keep_index.
+    to quadruple again. Committed rows, not pages: pages grow under a bulk load that has not
+    committed, and an ANALYZE then would see thousands of pages and no rows, the state that
+    sends a pick off its index (see above); pg_stat_user_tables.n_live_tup counts a load once it
+    commits (a second or so later), and an ANALYZE taken mid-load by anyone is then repaired.
+    Never raises for the guard's own sake, as keep_index.
     """
     with db.cursor() as cursor:
         cursor.execute(
             """
-            SELECT c.relname, c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int
-              FROM pg_class c WHERE c.oid = ANY(%s::regclass[])
+            SELECT c.relname, c.reltuples, s.n_live_tup, pg_relation_size(c.oid) / current_setting('block_size')::int
+              FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE c.oid = ANY(%s::regclass[])
             """,
             [tables],
         )
         sizes = cursor.fetchall()
-    grown = [(t, was, now) for t, was, now in sizes if now >= MIN_PAGES and now >= GROWTH * max(was, 1)]
+    grown = [(t, was, now) for t, was, now, pages in sizes if pages >= MIN_PAGES and now >= GROWTH * max(was, 1)]
+    stale = "plans cached for it would be stale"
     return [
         table
         for table, was, now in grown
-        if _analyze(
-            table, f"{was} pages when last analyzed or vacuumed, {now} now): plans cached for it would be stale"
-        )
+        if _analyze(table, f"{max(was, 0):.0f} rows at its last analyze or vacuum, {now} now): {stale}")
     ]
 
 

@@ -4,19 +4,29 @@ A worker prepares its finish (reliableq.queue.db.run); after its first runs Post
 generic plan it made under the statistics of that moment. Made with the attempt table analyzed
 empty, that plan scans every attempt for each job it finishes, however many attempts pile up,
 until the table's statistics change. The guard's growth check (planguard.keep_up, run before
-every rescue) analyzes a table that grew fourfold, and the scans stop.
+every rescue) analyzes a table whose committed rows grew fourfold, and the scans stop.
 """
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 
 from reliableq import queue as jobqueue
 from reliableq.queue import planguard
 from reliableq.queue.records import Finish
+from testproject import dburl
 
 from . import tables
+
+
+def flush_stats() -> None:
+    """Publish this session's row counts now (PostgreSQL does it at most once a second when idle)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
 
 
 def attempt_scans() -> int:
@@ -46,6 +56,7 @@ def cached_on_empty(plan_tables: None) -> None:
     for _ in range(8):  # PostgreSQL plans a prepared statement afresh five times, then keeps a generic plan
         finish_some()
     tables.load(tables.Mix(succeeded=20_000))
+    flush_stats()
 
 
 def test_a_plan_cached_on_an_empty_table_scans_it_until_the_guard_analyzes(cached_on_empty: None) -> None:
@@ -61,15 +72,43 @@ def test_growth_analyzes_once_per_fourfold(plan_tables: None) -> None:
     tables.truncate()
     tables.analyze()
     tables.load(tables.Mix(succeeded=20_000))
+    flush_stats()
 
     assert sorted(planguard.keep_up([tables.JOB, tables.ATTEMPT])) == sorted([tables.JOB, tables.ATTEMPT])
     assert planguard.keep_up([tables.JOB, tables.ATTEMPT]) == []
     tables.load(tables.Mix(succeeded=20_000))  # twice the size: not yet fourfold
+    flush_stats()
     assert planguard.keep_up([tables.JOB, tables.ATTEMPT]) == []
+
+
+def test_a_load_is_not_analyzed_before_it_commits(plan_tables: None) -> None:
+    # An ANALYZE now would see the load's pages and none of its rows: statistics of an empty table
+    # of thousands of pages, which no growth would repair until it quadrupled again.
+    tables.truncate()
+    tables.analyze()
+    with psycopg.connect(dburl.build(connection.settings_dict)) as loader:
+        loader.execute(
+            f"INSERT INTO {tables.JOB} (id, kind, queue, priority, payload, max_attempts, last_error, dedupe_scope,"
+            " created_at, updated_at, status, attempts, worker_id, run_at)"
+            " SELECT gen_random_uuid(), %s, 'default', 0, '{}', 5, '', '', now(), now(), 'PENDING', 0, '', now()"
+            " FROM generate_series(1, 30000)",
+            [tables.KIND],
+        )
+        assert planguard.keep_up([tables.JOB]) == []  # uncommitted: thousands of pages, no rows yet
+        loader.execute("SELECT pg_stat_force_next_flush()")
+        loader.commit()
+        loader.execute("SELECT 1")  # idle after a transaction: the count is published
+        loader.commit()
+
+    assert planguard.keep_up([tables.JOB]) == [tables.JOB]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [tables.JOB])
+        assert cursor.fetchone()[0] == pytest.approx(30_000, rel=0.1)
 
 
 def test_a_small_table_is_never_analyzed_for_its_growth(plan_tables: None) -> None:
     tables.truncate()
     tables.analyze()
     tables.load(tables.Mix(succeeded=500))  # a few pages: any cached plan reads them quickly
+    flush_stats()
     assert planguard.keep_up([tables.JOB, tables.ATTEMPT]) == []
