@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .claims import claim
     from .finishes import finish, mark_lost, record_progress, release_unacknowledged, renew
     from .limits import rate_shards, shard_room
-    from .pick import guard_claims
+    from .pick import guard_claims, guard_tables
     from .records import ClaimedJob, Finish, FinishResult, Rescued, progress_value
     from .rescues import RESCUE_BATCH, rescue
     from .sql import DUE_INDEX
@@ -52,6 +52,7 @@ _HOMES = {
     "rate_shards": "limits",
     "shard_room": "limits",
     "guard_claims": "pick",
+    "guard_tables": "pick",
     "ClaimedJob": "records",
     "Finish": "records",
     "FinishResult": "records",
@@ -82,6 +83,7 @@ __all__ = [
     "claim",
     "finish",
     "guard_claims",
+    "guard_tables",
     "mark_lost",
     "progress_value",
     "rate_shards",

@@ -21,17 +21,22 @@ from .records import ClaimedJob
 from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, compile_sql, filter_only, json_value
 
 
+def guard_tables() -> None:
+    """Analyze the job and attempt tables if their committed rows outgrew their statistics fourfold.
+
+    The maintenance leader's, before guard_claims: the plans the workers cached for their finishes
+    and claims were made for the smaller tables (planguard.keep_up).
+    """
+    planguard.keep_up([JOB, ATTEMPT])
+
+
 def guard_claims(queues: Sequence[str], limit: int = 10, fair: Sequence[str] = ()) -> None:
     """If stale statistics would make a claim's pick leave the due index, analyze now.
 
     Once per rescue interval (the maintenance leader, or a claim with rescue): cheaper than
     claiming through a walk of the backlog until autovacuum analyzes the table. With `fair` kinds,
     their pick in turn order too; the statistics it repairs serve their enqueue's reads as well.
-    First, the job and attempt tables are analyzed if they outgrew their statistics fourfold: the
-    plans the workers cached for their finishes and claims were made for the smaller table.
     """
-    if JOB in planguard.keep_up([JOB, ATTEMPT]):
-        return
     if planguard.keep_index(*picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX) or not fair:
         return
     planguard.keep_index(fairness.heads_sql(limit), (queues[0], fair[0]), table=JOB, index=fairness.FAIR_DUE_INDEX)

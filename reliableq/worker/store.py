@@ -63,7 +63,8 @@ class Store(Protocol):
     def retain(self) -> services.Retained: ...
 
     def guard_claims(self, queues: Sequence[str]) -> None:
-        """Analyze the job table if stale statistics would send a claim of these queues off its index."""
+        """Analyze the job and attempt tables if they outgrew their statistics, or if stale statistics
+        would send a claim of these queues off its index."""
 
     def reset(self) -> None:
         """Drop this thread's connection after an error; the next call opens a fresh one."""
@@ -142,6 +143,7 @@ class DatabaseStore:
         return services.retain()
 
     def guard_claims(self, queues: Sequence[str]) -> None:
+        jobqueue.guard_tables()
         jobqueue.guard_claims(queues, fair=[kind for kind, lim in registry.limits().items() if lim.fair])
 
     def reset(self) -> None:

@@ -3,11 +3,13 @@
 A worker prepares its finish (reliableq.queue.db.run); after its first runs PostgreSQL keeps the
 generic plan it made under the statistics of that moment. Made with the attempt table analyzed
 empty, that plan scans every attempt for each job it finishes, however many attempts pile up,
-until the table's statistics change. The guard's growth check (planguard.keep_up, run before
-every rescue) analyzes a table whose committed rows grew fourfold, and the scans stop.
+until the table's statistics change. The guard's growth check (planguard.keep_up, which the leader
+runs before every rescue) analyzes a table whose committed rows grew fourfold, and the scans stop.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -48,8 +50,11 @@ def finish_some() -> int:
 
 
 @pytest.fixture
-def cached_on_empty(plan_tables: None) -> None:
-    """The finish's generic plan cached with the tables analyzed empty, then 20,000 finished jobs added."""
+def cached_on_empty(plan_tables: None) -> Iterator[None]:
+    """The finish's generic plan cached with the tables analyzed empty, then 20,000 finished jobs added.
+
+    The connection is closed afterwards: the plans it cached here must not reach the next test's.
+    """
     tables.truncate()
     tables.analyze()
     tables.load(tables.Mix(due=400))
@@ -57,12 +62,14 @@ def cached_on_empty(plan_tables: None) -> None:
         finish_some()
     tables.load(tables.Mix(succeeded=20_000))
     flush_stats()
+    yield
+    connection.close()
 
 
 def test_a_plan_cached_on_an_empty_table_scans_it_until_the_guard_analyzes(cached_on_empty: None) -> None:
     assert finish_some() > 0  # what the fleet paid before the guard looked at sizes: a scan per job
 
-    jobqueue.guard_claims(tables.QUEUES)
+    jobqueue.guard_tables()  # the leader's, before guard_claims (worker.store.DatabaseStore)
 
     assert finish_some() == 0
     assert finish_some() == 0
