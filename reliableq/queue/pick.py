@@ -78,7 +78,7 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
             )
             SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes, concurrency_key,
                    extract(epoch FROM statement_timestamp())::float8,
-                   to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+                   to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
                    trace_context, workflow_id, member_name,
                    CASE WHEN on_upstream_failure <> '' THEN {functions.UPSTREAM}(id) END
               FROM claimed
@@ -233,14 +233,14 @@ def run_claim(
             kind=row[1],
             queue=row[2],
             priority=row[3],
-            payload=json_value(row[4]),
+            payload={} if row[4] == "{}" else json_value(row[4]),  # the common empty payload, without a parse
             attempt=row[5],
             max_attempts=row[6],
             lease_token=row[7],
             worker_id=worker_id,
             snoozes=row[8],
             concurrency_key=row[9],
-            run_at=dt.datetime.fromisoformat(row[11]).replace(tzinfo=dt.timezone.utc),
+            run_at=dt.datetime.fromisoformat(row[11]),  # aware: the text ends in +00:00
             trace_context=json_value(row[12]) if row[12] is not None else None,
             workflow_id=row[13],
             member_name=row[14],

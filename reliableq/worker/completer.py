@@ -89,7 +89,7 @@ class Completer:
 
     def add(self, finish: Finish, *, frees_slot: bool, seconds: float = 0.0) -> None:
         self._unwritten.append((finish, frees_slot))
-        if seconds:
+        if seconds and signals.job_finished.receivers:  # the signal's field, kept only for a listener
             self._seconds[finish.lease_token] = seconds
 
     @property
@@ -109,10 +109,10 @@ class Completer:
         thread before this returns, sparing the hand-off to the Writer's thread and back."""
         if not self._unwritten or self._writing:
             return
-        first: dict[uuid.UUID, tuple[Finish, bool]] = {}
+        first: dict[int, tuple[Finish, bool]] = {}
         later: list[tuple[Finish, bool]] = []
         for item in self._unwritten:
-            if first.setdefault(item[0].job_id, item) is not item:
+            if first.setdefault(item[0].job_id.int, item) is not item:
                 later.append(item)
         self._writing, self._unwritten = list(first.values()), later
         if self._writer is not None and self._pool.free > 0:
@@ -135,12 +135,11 @@ class Completer:
         lost = set(result.lost)
         announce = bool(signals.job_finished.receivers) and signals.job_finished.has_listeners()
         ends: list[tuple[uuid.UUID, str, str]] | None = [] if signals.ended_hooks() else None
-        for finish, frees in written.batch:
-            flight = self._ledger.get(finish.lease_token)
-            self._ledger.drop(finish.job_id, finish.lease_token)
-            if frees:
-                self._ledger.remove(finish.lease_token)
-                self._pool.release()
+        debug = logger.isEnabledFor(logging.DEBUG)
+        batch = written.batch
+        flights = self._ledger.settle([(f.job_id, f.lease_token, frees) for f, frees in batch])
+        self._pool.release(sum(frees for _, frees in batch))
+        for (finish, frees), flight in zip(batch, flights, strict=True):
             attempt = flight.job.attempt if flight else "?"
             if lost and finish.job_id in lost:
                 if not (flight and flight.timed_out and frees):
@@ -150,8 +149,9 @@ class Completer:
             status = JobStatus.CANCELLED if cancelled else finish.status
             self.finished += 1
             self.ended[status] += 1
-            _log(finish, attempt, flight.job.kind if flight else None)
-            seconds = self._seconds.pop(finish.lease_token, 0.0)
+            if debug or status != JobStatus.SUCCEEDED:  # a success's line only when someone reads it
+                _log(finish, attempt, flight.job.kind if flight else None)
+            seconds = self._seconds.pop(finish.lease_token, 0.0) if self._seconds else 0.0
             if ends is not None and flight is not None:
                 ends.append((finish.job_id, flight.job.kind, status))
             if announce and flight is not None:

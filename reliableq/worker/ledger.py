@@ -25,16 +25,35 @@ class Ledger:
     """
 
     def __init__(self) -> None:
-        self._inflight: dict[uuid.UUID, InFlight] = {}  # lease token -> attempt
-        self._held: dict[uuid.UUID, uuid.UUID] = {}  # job id -> lease token, renewed by the heartbeat
+        # Keyed by the UUIDs' ints: an int hashes in C, a UUID in Python, and each job is looked up
+        # several times on its way through.
+        self._inflight: dict[int, InFlight] = {}  # lease token -> attempt
+        self._held: dict[int, tuple[uuid.UUID, uuid.UUID]] = {}  # job id -> (job id, lease token), renewed
         self._progress: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}  # token -> (job id, latest)
         self._lock = threading.Lock()
 
-    def add(self, job: ClaimedJob, deadline: float) -> None:
-        self._inflight[job.lease_token] = InFlight(job=job, deadline=deadline)
+    def add(self, jobs: list[ClaimedJob], deadlines: list[float]) -> None:
+        """A claim's attempts, each with its deadline (one lock for the batch, not one per job)."""
+        inflight, sink = self._inflight, self.report_progress
+        for job, deadline in zip(jobs, deadlines, strict=True):
+            inflight[job.lease_token.int] = InFlight(job=job, deadline=deadline)
+            object.__setattr__(job, "_sink", sink)
         with self._lock:
-            self._held[job.id] = job.lease_token
-        object.__setattr__(job, "_sink", self.report_progress)
+            for job in jobs:
+                self._held[job.id.int] = (job.id, job.lease_token)
+
+    def settle(self, ends: list[tuple[uuid.UUID, uuid.UUID, bool]]) -> list[InFlight | None]:
+        """These (job id, lease token, frees its slot) ends are written: stop renewing their leases and,
+        for those that free a slot, forget the attempt. Each attempt, or None where it was unknown."""
+        inflight = self._inflight
+        flights = [inflight.pop(token.int, None) if frees else inflight.get(token.int) for _, token, frees in ends]
+        held = self._held
+        with self._lock:
+            for job_id, token, _ in ends:
+                lease = held.get(job_id.int)
+                if lease is not None and lease[1] == token:
+                    del held[job_id.int]
+        return flights
 
     def report_progress(self, job: ClaimedJob, value: dict[str, Any]) -> None:
         """job.progress(), from any thread: the latest value waits for the heartbeat's next write."""
@@ -48,13 +67,10 @@ class Ledger:
         return [(job_id, token, value) for token, (job_id, value) in taken.items()]
 
     def get(self, token: uuid.UUID) -> InFlight | None:
-        return self._inflight.get(token)
-
-    def remove(self, token: uuid.UUID) -> None:
-        self._inflight.pop(token, None)
+        return self._inflight.get(token.int)
 
     def tokens(self) -> list[uuid.UUID]:
-        return list(self._inflight)
+        return [flight.job.lease_token for flight in self._inflight.values()]
 
     def __len__(self) -> int:
         return len(self._inflight)
@@ -62,13 +78,14 @@ class Ledger:
     def held(self) -> dict[uuid.UUID, uuid.UUID]:
         """A copy of the leases to renew (called from the heartbeat's thread)."""
         with self._lock:
-            return dict(self._held)
+            return dict(self._held.values())
 
     def drop(self, job_id: uuid.UUID, token: uuid.UUID) -> None:
         """Stop renewing this lease (its end is written, or another owner has the job)."""
         with self._lock:
-            if self._held.get(job_id) == token:
-                del self._held[job_id]
+            lease = self._held.get(job_id.int)
+            if lease is not None and lease[1] == token:
+                del self._held[job_id.int]
 
     def overdue(self, now: float) -> list[InFlight]:
         """Attempts past their deadline not yet marked so; marks them timed out."""

@@ -108,15 +108,15 @@ class Pool:
             threading.Thread(target=self._serve, name=f"reliableq-handler-{self._threads}", daemon=True).start()
         self._work.put(job)
 
-    def release(self) -> None:
-        """Free a slot: the loop calls this once the attempt's end is written, not before.
+    def release(self, slots: int = 1) -> None:
+        """Free slots: the loop calls this once their attempts' ends are written, not before.
 
         Freeing only after the finalize commits keeps every attempt's [started_at, finished_at]
         interval inside the time its slot was held, so in-flight counts read from attempt
         timestamps never exceed the pool size.
         """
         with self._lock:
-            self._busy -= 1
+            self._busy -= slots
 
     def abandon(self, job: ClaimedJob) -> None:
         """The attempt is past its timeout and its TIMED_OUT end goes out now: stop waiting for it."""
@@ -154,7 +154,7 @@ class Pool:
 
     def _deliver(self, job: ClaimedJob, outcome: Any) -> None:
         with self._lock:
-            dropped = job.lease_token in self._abandoned
+            dropped = bool(self._abandoned) and job.lease_token in self._abandoned
             if dropped:
                 self._abandoned.discard(job.lease_token)
                 if self._stuck.pop(job.lease_token, None) is not None:

@@ -70,9 +70,8 @@ class Producer:
 
     def _start(self, jobs: list[ClaimedJob]) -> None:
         now = time.monotonic()
-        debug = logger.isEnabledFor(logging.DEBUG)  # a line per job at DEBUG; INFO gets the loop's summary
-        for job in jobs:
-            if debug:
+        if logger.isEnabledFor(logging.DEBUG):  # a line per job at DEBUG; INFO gets the loop's summary
+            for job in jobs:
                 logger.debug(
                     "job=%s kind=%s attempt=%s/%s token=%s claimed",
                     job.id,
@@ -82,6 +81,10 @@ class Producer:
                     job.lease_token,
                     extra=fields(job.id, job.kind, job.attempt, job.lease_token),
                 )
-            self._ledger.add(job, deadline=now + executor.timeout_for(job.kind))
+        timeouts: dict[str, float] = {}  # a claim's jobs are mostly of one kind or a few
+        for job in jobs:
+            if job.kind not in timeouts:
+                timeouts[job.kind] = executor.timeout_for(job.kind)
+        self._ledger.add(jobs, [now + timeouts[job.kind] for job in jobs])
         self._pool.submit(jobs)
         self.claimed += len(jobs)
