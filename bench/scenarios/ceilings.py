@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from functools import partial
 from pathlib import Path
@@ -46,11 +47,13 @@ def ceilings(bench: Bench, s: Section) -> None:
         fused_script.write_text(ceiling_sql.pgbench_script(spec, fc, bench.database_url, fused=True))
         fused = _pgbench(bench, fused_script, label="pgbench fused")
     bare = _bare(bench, statements, fp)
-    # One process against one: what the worker's Python adds over the loop's, with no second process.
-    bare_one = _bare(bench, statements, 1) if fp != 1 else bare
     fleet = bench.results["fleet"]
     by_conc = bench.results["throughput"][0]
     one = by_conc.get(fc)
+    # One process against one: what the worker's Python adds over the loop's, with no second process.
+    # Paired: a repetition of each in turn, so that each ratio compares two runs a few seconds apart.
+    paired = _paired_one(bench, statements) if fp != 1 and one is not None else None
+    bare_one = paired[1] if paired else bare
 
     def cycle_ms(rate: float) -> str:
         # Per connection: one claim of a full batch plus its finish, at this rate.
@@ -87,13 +90,15 @@ def ceilings(bench: Bench, s: Section) -> None:
                 fmt_pct(ratio(fleet.median, fused.median)),
             ],
         )
-    if one is not None and fp != 1:
+    if paired is not None:
+        worker_one, _, shares = paired
         rows.append(
             [
-                f"bare psycopg loop, 1 process, against ReliableQ 1 x {fc} ({one.text()})",
+                f"bare psycopg loop, 1 process, each repetition paired with one of ReliableQ 1 x {fc} "
+                f"({worker_one.text()})",
                 bare_one.text(),
                 "",
-                fmt_pct(ratio(one.median, bare_one.median)),
+                f"{fmt_pct(statistics.median(shares))} ({fmt_pct(min(shares))}–{fmt_pct(max(shares))} by pair)",
             ]
         )
     s.tables.append(
@@ -115,6 +120,10 @@ def ceilings(bench: Bench, s: Section) -> None:
     )
     bench.results["ceilings"] = {"pgbench": pg, "bare": bare, "bare_one": bare_one}
     s.data = {"pgbench": pg.to_json(), "bare": bare.to_json(), "bare_one": bare_one.to_json()}
+    if paired is not None:
+        bench.results["paired_one"] = paired  # not a Summary: beside "ceilings", whose values the plot draws
+        s.data["worker_one_paired"] = paired[0].to_json()
+        s.data["one_to_bare_by_pair"] = paired[2]
     if fused is not None:
         bench.results["ceilings"]["pgbench_fused"] = fused
         s.data["pgbench_fused"] = fused.to_json()
@@ -151,16 +160,41 @@ def _bare(bench: Bench, statements: Path, processes: int) -> Summary:
     """`processes` bare psycopg processes, claim then finish, until every loaded job is done."""
     _, fc = bench.p.fleet
     bare = bench.repetitions(ceiling="bare psycopg", processes=processes, batch=fc)
-    key = f"ceiling:bare:{processes}"
     for rep in range(bench.p.reps):
-        n = bench.size(key, bench.rates.get(key, 2500))
-        run = f"ceiling bare psycopg {processes} processes batch {fc} rep {rep + 1}"
-        drive = partial(_run_bare, bench, statements, rep, processes)
-        rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=drive)
-        bench.rates[key] = rate
-        bare.values.append(rate)
-        bench.say(f"  {run}: {rate:,.0f} jobs/s")
+        _bare_rep(bench, statements, processes, rep, bare)
     return bare
+
+
+def _bare_rep(bench: Bench, statements: Path, processes: int, rep: int, into: Summary) -> float:
+    _, fc = bench.p.fleet
+    key = f"ceiling:bare:{processes}"
+    n = bench.size(key, bench.rates.get(key, 2500))
+    run = f"ceiling bare psycopg {processes} processes batch {fc} rep {rep + 1}"
+    drive = partial(_run_bare, bench, statements, rep, processes)
+    rate = bench.run_throughput(bench.rq, None, "noop", n, run, drive=drive)
+    bench.rates[key] = rate
+    into.values.append(rate)
+    bench.say(f"  {run}: {rate:,.0f} jobs/s")
+    return rate
+
+
+def _paired_one(bench: Bench, statements: Path) -> tuple[Summary, Summary, list[float]]:
+    """A worker of 1 x fc and the one-process bare loop, a repetition of each in turn: the worker's
+    rate over the loop's, pair by pair. The shared machine's speed drifts over the minutes between
+    the throughput scenario and this one; within a pair it barely moves. The worker is stopped
+    while the loop runs, so that the loop meets no other client."""
+    _, fc = bench.p.fleet
+    worker = bench.repetitions(system="ReliableQ", job="noop", workers=f"1 x {fc}", run="paired with the bare loop")
+    bare = bench.repetitions(ceiling="bare psycopg", processes=1, batch=fc, run=f"paired with ReliableQ 1 x {fc}")
+    shares = []
+    for rep in range(bench.p.reps):
+        bench.sweep(
+            bench.rq, processes=1, concurrency=fc, job="noop", tag=f"pair-c{fc}", guess=600, reps=1, into=worker
+        )
+        rate = _bare_rep(bench, statements, 1, rep, bare)
+        shares.append(worker.values[-1] / rate)
+        bench.say(f"  pair {rep + 1}: ReliableQ 1 x {fc} at {shares[-1]:.0%} of the bare loop")
+    return worker, bare, shares
 
 
 def _run_bare(bench: Bench, statements: Path, rep: int, processes: int) -> None:
