@@ -186,7 +186,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     # by job id, the order in which a plan scanning their index meets them.
     rows_json = json.dumps(
         [
-            [str(f.job_id), str(f.lease_token), f.status, f.outcome, f.error, float(f.delay), f.traceback]
+            [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
             for f in sorted(finishes, key=_by_job)
         ]
     )

@@ -244,7 +244,7 @@ def run_claim(
             trace_context=json_value(row[12]) if row[12] is not None else None,
             workflow_id=row[13],
             member_name=row[14],
-            upstream=_upstream(row[15]),
+            upstream={} if row[15] is None else _upstream(row[15]),
         )
         for row in rows
     ]

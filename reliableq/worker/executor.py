@@ -94,24 +94,38 @@ def run_attempt(job: ClaimedJob) -> Result:
     """Call the job's (sync) handler; map what it raised to an outcome."""
     started = time.monotonic()
     # The first failure window: the job is claimed, nothing has happened yet.
-    faults.crash_point("after_claim_before_effect")
+    if reliableq_settings.FAULT_INJECTION:
+        faults.crash_point("after_claim_before_effect")
     try:
         handler = registry.get(job.kind)
     except registry.UnknownKind as exc:
         return unknown_kind(job, exc)
-    _started(job)
+    if signals.job_started.receivers:  # the list first: no lock, no call
+        _started(job)
+    if not tracing.enabled():  # no span to open or end: the handler alone
+        try:
+            value = handler.func(job)
+            if value is not None and inspect.isawaitable(value):
+                _refuse_awaitable(job, value)
+        except Exception as exc:
+            return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
+        return succeeded(job, handler, value, started)
     with tracing.processing(job) as span:
         try:
             value = handler.func(job)
             if value is not None and inspect.isawaitable(value):
-                _discard(value)
-                raise PermanentError(
-                    f"handler of {job.kind!r} returned {type(value).__name__}, an awaitable, instead of running: "
-                    "declare it `async def` to have it awaited, or await inside it"
-                )
+                _refuse_awaitable(job, value)
         except Exception as exc:
             return _failed_in(span, job, exc, started)
         return _succeeded_in(span, job, handler, value, started)
+
+
+def _refuse_awaitable(job: ClaimedJob, value: Any) -> None:
+    _discard(value)
+    raise PermanentError(
+        f"handler of {job.kind!r} returned {type(value).__name__}, an awaitable, instead of running: "
+        "declare it `async def` to have it awaited, or await inside it"
+    )
 
 
 async def run_attempt_async(job: ClaimedJob) -> Result:
@@ -176,7 +190,8 @@ def failed(job: ClaimedJob, exc: BaseException) -> Finish:
 
 def succeeded(job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
     # The second failure window: the effect is done, the job is not yet finalized.
-    faults.crash_point("after_effect_before_finalize")
+    if reliableq_settings.FAULT_INJECTION:
+        faults.crash_point("after_effect_before_finalize")
     # A workflow member's value is kept too: its dependents read it as job.upstream (a missing row
     # reads as None, so a member returning None stores nothing and its finish needs no transaction).
     keeps = handler.keep_return or (job.member_name is not None and value is not None)
