@@ -47,12 +47,9 @@ class Ledger:
         for those that free a slot, forget the attempt. Each attempt, or None where it was unknown."""
         inflight = self._inflight
         flights = [inflight.pop(token.int, None) if frees else inflight.get(token.int) for _, token, frees in ends]
-        held = self._held
         with self._lock:
             for job_id, token, _ in ends:
-                lease = held.get(job_id.int)
-                if lease is not None and lease[1] == token:
-                    del held[job_id.int]
+                self._unhold(job_id, token)
         return flights
 
     def report_progress(self, job: ClaimedJob, value: dict[str, Any]) -> None:
@@ -83,9 +80,13 @@ class Ledger:
     def drop(self, job_id: uuid.UUID, token: uuid.UUID) -> None:
         """Stop renewing this lease (its end is written, or another owner has the job)."""
         with self._lock:
-            lease = self._held.get(job_id.int)
-            if lease is not None and lease[1] == token:
-                del self._held[job_id.int]
+            self._unhold(job_id, token)
+
+    def _unhold(self, job_id: uuid.UUID, token: uuid.UUID) -> None:
+        """Forget the lease if it is still this token's (the job may hold a newer one); under the lock."""
+        lease = self._held.get(job_id.int)
+        if lease is not None and lease[1] == token:
+            del self._held[job_id.int]
 
     def overdue(self, now: float) -> list[InFlight]:
         """Attempts past their deadline not yet marked so; marks them timed out."""
