@@ -94,8 +94,8 @@ def ceilings(bench: Bench, s: Section) -> None:
         worker_one, _, shares = paired
         rows.append(
             [
-                f"bare psycopg loop, 1 process, each repetition paired with one of ReliableQ 1 x {fc} "
-                f"({worker_one.text()})",
+                f"bare psycopg loop, 1 process, each repetition paired with one of ReliableQ 1 x {fc}, "
+                f"the order alternating ({worker_one.text()})",
                 bare_one.text(),
                 "",
                 f"{fmt_pct(statistics.median(shares))} ({fmt_pct(min(shares))}–{fmt_pct(max(shares))} by pair)",
@@ -182,16 +182,27 @@ def _paired_one(bench: Bench, statements: Path) -> tuple[Summary, Summary, list[
     """A worker of 1 x fc and the one-process bare loop, a repetition of each in turn: the worker's
     rate over the loop's, pair by pair. The shared machine's speed drifts over the minutes between
     the throughput scenario and this one; within a pair it barely moves. The worker is stopped
-    while the loop runs, so that the loop meets no other client."""
+    while the loop runs, so that the loop meets no other client.
+
+    The order alternates (worker first, then the loop first, ...): over a few minutes the machine's
+    speed drifts one way more often than not, and a fixed order hands that drift to one side."""
     _, fc = bench.p.fleet
     worker = bench.repetitions(system="ReliableQ", job="noop", workers=f"1 x {fc}", run="paired with the bare loop")
     bare = bench.repetitions(ceiling="bare psycopg", processes=1, batch=fc, run=f"paired with ReliableQ 1 x {fc}")
     shares = []
-    for rep in range(bench.p.reps):
+
+    def worker_rep() -> None:
         bench.sweep(
             bench.rq, processes=1, concurrency=fc, job="noop", tag=f"pair-c{fc}", guess=600, reps=1, into=worker
         )
-        rate = _bare_rep(bench, statements, 1, rep, bare)
+
+    for rep in range(bench.p.reps):
+        if rep % 2 == 0:
+            worker_rep()
+            rate = _bare_rep(bench, statements, 1, rep, bare)
+        else:
+            rate = _bare_rep(bench, statements, 1, rep, bare)
+            worker_rep()
         shares.append(worker.values[-1] / rate)
         bench.say(f"  pair {rep + 1}: ReliableQ 1 x {fc} at {shares[-1]:.0%} of the bare loop")
     return worker, bare, shares
