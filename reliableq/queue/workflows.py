@@ -190,11 +190,14 @@ def _recount(opened: str, ended: bool) -> str:
     deltas by subqueries on the locked ids, never by a join: with a count table analyzed small, a
     join was planned as a scan of all of it for each shard changed."""
     step = "-1" if ended else "1"
-    failed = f"CASE WHEN x.status = {S.SUCCEEDED} THEN 0 ELSE 1 END" if ended else "-1"
+    succeeded = f"ARRAY(SELECT id FROM {opened} WHERE status = {S.SUCCEEDED})"
+    failed = f"CASE WHEN e.upstream = ANY({succeeded}) THEN 0 ELSE 1 END" if ended else "-1"
+    # The edges by their upstream ids alone, not joined to `opened` (one row per job): with the
+    # edges analyzed empty, the join was planned as a scan of all of them for each job.
     return f"""
 wf_delta AS MATERIALIZED (
     SELECT e.target, e.shard, sum({step})::int AS dr, sum({failed})::int AS df
-      FROM {opened} x JOIN {EDGE} e ON e.upstream = x.id
+      FROM {EDGE} e
      WHERE e.upstream = ANY(ARRAY(SELECT id FROM {opened}))
      GROUP BY e.target, e.shard
 ),
