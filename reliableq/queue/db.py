@@ -74,6 +74,37 @@ def run(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
             raw.execute(sql, params)
 
 
+def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """run() a statement of the worker's hot path on a cursor of its own and return its rows.
+
+    Outside a transaction, on a connection that prepares and with nothing watching its statements,
+    the statement goes through a cursor kept for the connection: Django's cursor wrapper, made,
+    checked and closed around every statement, cost as much as a no-op job's own run. Errors are
+    Django's, as on the usual path, and everything else takes the usual path.
+    """
+    conn = connection()
+    raw = conn.connection
+    if raw is not None and not conn.in_atomic_block and not conn.execute_wrappers and not conn.queries_logged:
+        kept = getattr(conn, _KEPT, None)
+        if kept is not None and kept.connection is raw:
+            with conn.wrap_database_errors:
+                kept.execute(sql, params, prepare=True)
+                return cast(list[tuple[Any, ...]], kept.fetchall())
+    with cursor() as usual:
+        run(usual, sql, params)
+        rows = cast(list[tuple[Any, ...]], usual.fetchall())
+    raw = conn.connection
+    kept = getattr(conn, _KEPT, None)
+    if raw is not None and _direct.get(raw) and (kept is None or kept.connection is not raw):
+        binding = _server_binding()
+        if binding is not None:
+            # On the wrapper, not in a map keyed by the connection: the cursor refers to its
+            # connection, and a reconnect replaces both.
+            setattr(conn, _KEPT, binding(raw))
+    return rows
+
+
+_KEPT = "_reliableq_kept_cursor"  # the attribute of Django's connection wrapper that holds fetch()'s cursor
 # True while run() hands a statement it would prepare to the execute wrappers (the plan tests read it).
 preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("reliableq_preparing", default=False)
 # psycopg connection -> whether it reaches PostgreSQL directly (decided once per connection).

@@ -4,6 +4,7 @@ the release of claims whose commit it never heard acknowledged."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import uuid
 from collections.abc import Iterable, Sequence
@@ -168,6 +169,57 @@ def _store_returns(finishes: Sequence[Finish]) -> None:
         )
 
 
+@functools.cache
+def _finish_sql(members: bool) -> str:
+    """The finish's statement, made once per shape (transitions.caches clears it when hooks change).
+
+    Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
+    attempts could be planned as a scan of them for each row of `closing`."""
+    return f"""
+    WITH v AS (
+        SELECT (r ->> 0)::uuid AS id, (r ->> 1)::uuid AS token, r ->> 2 AS status, r ->> 3 AS outcome,
+               r ->> 4 AS error, (r ->> 5)::float8 AS delay, r ->> 6 AS traceback
+          FROM jsonb_array_elements(%s::jsonb) AS r
+    ),
+    fin AS (
+        UPDATE {JOB} j
+           SET status = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NOT NULL
+                             THEN {S.CANCELLED} ELSE v.status END,
+               run_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
+                             THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
+               finished_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
+                                  THEN NULL ELSE now() END,
+               max_attempts = j.max_attempts + CASE WHEN v.outcome = {S.SNOOZED}
+                                                     AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+               snoozes = j.snoozes + CASE WHEN v.outcome = {S.SNOOZED}
+                                          AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+               lease_token = NULL,
+               lease_expires_at = NULL,
+               last_error = v.error,
+               updated_at = now()
+          FROM v
+         WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {RUNNING_FENCE}
+           AND j.id = v.id AND j.lease_token = v.token
+     RETURNING j.id, v.token,
+               CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END,
+               v.error, v.traceback, j.status, j.workflow_id
+    ){transitions.after("fin", transitions.ENDED, members=members)},
+    closing AS MATERIALIZED (
+        SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
+            SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
+             ORDER BY o.number DESC LIMIT 1) AS o
+    )
+    UPDATE {ATTEMPT} a
+       SET (outcome, error, traceback, finished_at) = (
+               SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
+     WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
+ RETURNING a.job_id, a.outcome, {transitions.recheck(members=members)}
+    """
+
+
+transitions.caches(_finish_sql.cache_clear)
+
+
 def _by_job(finish: Finish) -> int:
     return finish.job_id.int  # the UUIDs' own order, compared as ints (UUID.__lt__ runs in Python)
 
@@ -195,55 +247,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     # (fenced by the same statement), or the crash point between the write and its commit.
     members = any(f.workflow for f in finishes)
     together = members or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
-    # Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
-    # attempts could be planned as a scan of them for each row of `closing`.
     with db.atomic() if together else contextlib.nullcontext():
-        with db.cursor() as cursor:
-            db.run(
-                cursor,
-                f"""
-                WITH v AS (
-                    SELECT (r ->> 0)::uuid AS id, (r ->> 1)::uuid AS token, r ->> 2 AS status, r ->> 3 AS outcome,
-                           r ->> 4 AS error, (r ->> 5)::float8 AS delay, r ->> 6 AS traceback
-                      FROM jsonb_array_elements(%s::jsonb) AS r
-                ),
-                fin AS (
-                    UPDATE {JOB} j
-                       SET status = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NOT NULL
-                                         THEN {S.CANCELLED} ELSE v.status END,
-                           run_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
-                                         THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
-                           finished_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
-                                              THEN NULL ELSE now() END,
-                           max_attempts = j.max_attempts + CASE WHEN v.outcome = {S.SNOOZED}
-                                                                 AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
-                           snoozes = j.snoozes + CASE WHEN v.outcome = {S.SNOOZED}
-                                                      AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
-                           lease_token = NULL,
-                           lease_expires_at = NULL,
-                           last_error = v.error,
-                           updated_at = now()
-                      FROM v
-                     WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {RUNNING_FENCE}
-                       AND j.id = v.id AND j.lease_token = v.token
-                 RETURNING j.id, v.token,
-                           CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END,
-                           v.error, v.traceback, j.status, j.workflow_id
-                ){transitions.after("fin", transitions.ENDED, members=members)},
-                closing AS MATERIALIZED (
-                    SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
-                        SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
-                         ORDER BY o.number DESC LIMIT 1) AS o
-                )
-                UPDATE {ATTEMPT} a
-                   SET (outcome, error, traceback, finished_at) = (
-                           SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
-                 WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
-             RETURNING a.job_id, a.outcome, {transitions.recheck(members=members)}
-                """,
-                [rows_json],
-            )
-            rows = cursor.fetchall()
+        rows = db.fetch(_finish_sql(members), [rows_json])
         result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):

@@ -224,9 +224,7 @@ def run_claim(
 ) -> tuple[list[ClaimedJob], Any]:
     """Run a claim statement; return the jobs it took and its database time (None if it took none)."""
     sql, picked_params = statement
-    with db.cursor() as cursor:
-        db.run(cursor, sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
-        rows = cursor.fetchall()
+    rows = db.fetch(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
     jobs = [
         ClaimedJob(
             id=row[0],

@@ -82,31 +82,27 @@ class Pool:
 
     def submit(self, jobs: list[ClaimedJob]) -> None:
         """Start these attempts, each in a slot of its own."""
+        coroutines: list[ClaimedJob] = []
+        threaded: list[ClaimedJob] = []
+        for job in jobs:
+            (coroutines if self._mode(job.kind) == "async" else threaded).append(job)
         with self._lock:
             if self._busy + len(jobs) > self.size:
                 raise RuntimeError("The pool has no free slot; claims must be sized to free slots.")
             self._busy += len(jobs)
-        coroutines = []
-        for job in jobs:
-            if self._mode(job.kind) == "async":
-                coroutines.append(job)
-            else:
-                self._thread_for(job)
+            # Idle threads first; a thread more for each job beyond them (one lock for the claim).
+            reused = min(self._idle, len(threaded))
+            self._idle -= reused
+            first = self._threads + 1
+            self._threads += len(threaded) - reused
+        for number in range(first, first + len(threaded) - reused):
+            threading.Thread(target=self._serve, name=f"reliableq-handler-{number}", daemon=True).start()
+        for job in threaded:
+            self._work.put(job)
         if coroutines:
             if self._loop is None:
                 self._loop = EventLoop(self._deliver)
             self._loop.start(coroutines)
-
-    def _thread_for(self, job: ClaimedJob) -> None:
-        with self._lock:
-            start = self._idle == 0
-            if start:
-                self._threads += 1
-            else:
-                self._idle -= 1
-        if start:
-            threading.Thread(target=self._serve, name=f"reliableq-handler-{self._threads}", daemon=True).start()
-        self._work.put(job)
 
     def release(self, slots: int = 1) -> None:
         """Free slots: the loop calls this once their attempts' ends are written, not before.

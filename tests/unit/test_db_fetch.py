@@ -1,0 +1,94 @@
+"""db.fetch: the worker's hot statements on a cursor kept per connection, and every other case on
+Django's own cursor (inside a transaction, under an execute wrapper, through a pooler)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, transaction
+
+from reliableq.queue import db
+
+pytestmark = pytest.mark.django_db(transaction=True)  # autocommit, as in a worker
+
+
+class Tripwire:
+    """A kept cursor that fails the test if a statement reaches it."""
+
+    def __init__(self, connection: object) -> None:
+        self.connection = connection
+
+    def execute(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the kept cursor ran a statement that needed Django's cursor")
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_kept_cursor():  # type: ignore[no-untyped-def]
+    yield
+    setattr(db.connection(), db._KEPT, None)  # no tripwire left for the next test
+
+
+def kept() -> Any:
+    return getattr(db.connection(), db._KEPT, None)
+
+
+def test_the_second_statement_runs_on_the_cursor_kept_for_the_connection() -> None:
+    assert db.fetch("SELECT %s::int + 1", [1]) == [(2,)]
+    cursor = kept()
+    assert cursor is not None and cursor.connection is db.connection().connection
+
+    assert db.fetch("SELECT %s::text", ["x"]) == [("x",)]
+    assert kept() is cursor
+
+    setattr(db.connection(), db._KEPT, Tripwire(db.connection().connection))
+    with pytest.raises(AssertionError, match="kept cursor"):
+        db.fetch("SELECT 1", [])
+
+
+def test_inside_a_transaction_and_under_an_execute_wrapper_statements_take_djangos_cursor() -> None:
+    db.fetch("SELECT 1", [])
+    setattr(db.connection(), db._KEPT, Tripwire(db.connection().connection))
+
+    with db.atomic():
+        assert db.fetch("SELECT 2", []) == [(2,)]
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with db.connection().execute_wrapper(wrapper):
+        assert db.fetch("SELECT 3", []) == [(3,)]
+    assert seen == ["SELECT 3"]
+
+
+def test_an_error_on_the_kept_cursor_is_djangos_and_leaves_the_connection_usable() -> None:
+    db.fetch("SELECT 1", [])
+    assert kept() is not None
+
+    with pytest.raises(DatabaseError, match="division by zero"):
+        db.fetch("SELECT 1 / %s::int", [0])
+    assert db.fetch("SELECT 4", []) == [(4,)]
+    with transaction.atomic(using=db.alias()):  # no transaction was left open or aborted
+        assert db.fetch("SELECT 5", []) == [(5,)]
+
+
+def test_a_closed_connection_is_opened_again_with_a_cursor_of_its_own() -> None:
+    db.fetch("SELECT 1", [])
+    before = kept()
+    db.connection().close()
+
+    assert db.fetch("SELECT 6", []) == [(6,)]
+    after = kept()
+    assert after is not before and after.connection is db.connection().connection
+
+
+def test_a_connection_that_may_not_prepare_keeps_no_cursor() -> None:
+    conn = db.connection()
+    conn.ensure_connection()
+    setattr(conn, db._KEPT, None)
+    db._direct[conn.connection] = False  # as through a pooler in transaction mode
+
+    assert db.fetch("SELECT 7", []) == [(7,)]
+    assert kept() is None
