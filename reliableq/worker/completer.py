@@ -139,14 +139,6 @@ class Completer:
         batch = written.batch
         flights = self._ledger.settle([(f.job_id, f.lease_token, frees) for f, frees in batch])
         self._pool.release(sum(frees for _, frees in batch))
-        if not (lost or result.cancelled or announce or debug or ends is not None or self._seconds):
-            # The usual batch: every end passed its fence, none was cancelled, nobody listens.
-            self.finished += len(batch)
-            self.ended.update(finish.status for finish, _ in batch)
-            for (finish, _), flight in zip(batch, flights, strict=True):
-                if finish.status != JobStatus.SUCCEEDED:
-                    _log(finish, flight.job.attempt if flight else "?", flight.job.kind if flight else None)
-            return
         for (finish, frees), flight in zip(batch, flights, strict=True):
             attempt = flight.job.attempt if flight else "?"
             if lost and finish.job_id in lost:
