@@ -89,6 +89,8 @@ def test_a_connection_that_may_not_prepare_keeps_no_cursor() -> None:
     conn.ensure_connection()
     setattr(conn, db._KEPT, None)
     db._direct[conn.connection] = False  # as through a pooler in transaction mode
-
-    assert db.fetch("SELECT 7", []) == [(7,)]
-    assert kept() is None
+    try:
+        assert db.fetch("SELECT 7", []) == [(7,)]
+        assert kept() is None
+    finally:
+        conn.close()  # the next test's connection is a direct one again
