@@ -390,11 +390,17 @@ def test_an_operators_cancel_aborted_by_a_deadlock_with_a_finish_is_retried() ->
     down = Job.objects.get(workflow=record, member_name="down")
     outcome: list[Any] = []
     with psycopg.connect(dburl.build(db.connection().settings_dict)) as finish:
+        # PostgreSQL aborts the waiter whose deadlock_timeout ends first once the cycle is closed,
+        # and looks only once per wait: the cancel looks after 4 s (time enough for the finish to
+        # close the cycle on a loaded machine), the finish would look after a minute.
+        finish.execute("SET deadlock_timeout = '60s'")
         # The finish of `up`: the workflow's count locked, then `down`'s row, as its release does.
         finish.execute("SELECT 1 FROM reliableq_workflowcount WHERE target = %s FOR UPDATE", (record.pk,))
 
         def operator() -> None:
             try:
+                with db.connection().cursor() as cursor:
+                    cursor.execute("SET deadlock_timeout = '4s'")
                 outcome.append(services.cancel(down.pk))
             except Exception as exc:  # shown by the assertion below
                 outcome.append(exc)
