@@ -17,6 +17,7 @@ from django.db.models.expressions import RawSQL
 from ..floors import ClaimFloors
 from ..models import Job
 from . import db, fairness, functions, planguard
+from .makers import maker
 from .records import ClaimedJob
 from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, compile_sql, filter_only, json_value
 
@@ -219,6 +220,9 @@ def picked_sql(
     return pick, (*params, *fairness.substituted_params(fair, saturated[1]))
 
 
+_claimed = maker(ClaimedJob)  # ClaimedJob(...), in half the time: one per claimed job
+
+
 def run_claim(
     statement: tuple[str, tuple[Any, ...]], worker_id: str, lease_seconds: float
 ) -> tuple[list[ClaimedJob], Any]:
@@ -226,7 +230,7 @@ def run_claim(
     sql, picked_params = statement
     rows = db.fetch(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
     jobs = [
-        ClaimedJob(
+        _claimed(
             id=row[0],
             kind=row[1],
             queue=row[2],

@@ -85,7 +85,8 @@ class Ledger:
     def _unhold(self, job_id: uuid.UUID, token: uuid.UUID) -> None:
         """Forget the lease if it is still this token's (the job may hold a newer one); under the lock."""
         lease = self._held.get(job_id.int)
-        if lease is not None and lease[1] == token:
+        # The token claimed is the object the finish carries: `is` first, sparing UUID.__eq__ (Python).
+        if lease is not None and (lease[1] is token or lease[1] == token):
             del self._held[job_id.int]
 
     def overdue(self, now: float) -> list[InFlight]:

@@ -84,8 +84,10 @@ class Pool:
         """Start these attempts, each in a slot of its own."""
         coroutines: list[ClaimedJob] = []
         threaded: list[ClaimedJob] = []
+        modes = self._modes
         for job in jobs:
-            (coroutines if self._mode(job.kind) == "async" else threaded).append(job)
+            mode = modes.get(job.kind) or self._mode(job.kind)
+            (coroutines if mode == "async" else threaded).append(job)
         with self._lock:
             if self._busy + len(jobs) > self.size:
                 raise RuntimeError("The pool has no free slot; claims must be sized to free slots.")
@@ -132,7 +134,7 @@ class Pool:
             if job is None:
                 return
             try:
-                if self._mode(job.kind) == "process":
+                if self._modes[job.kind] == "process":  # submit() read every submitted kind's mode
                     outcome: Any = self.children.run(job)
                 else:
                     outcome = executor.run_attempt(job)
@@ -191,6 +193,9 @@ def _drop_broken_connections() -> None:
     connections this thread has opened are looked at: asking Django for all of them, alias by
     alias through its per-thread storage, cost more than a no-op job's own run.
     """
-    for conn in getattr(_opened, "connections", {}).values():
+    opened = getattr(_opened, "connections", None)
+    if not opened:  # a handler that never touched a database: most no-op and I/O jobs
+        return
+    for conn in opened.values():
         if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
             conn.close()
