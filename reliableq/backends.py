@@ -215,8 +215,7 @@ def run_task(job: Any) -> Any:
 def _tasks_finished(ended: signals.Ended) -> None:
     """Django's task_finished, once per task, when its job has committed a final state, with that result."""
     for job_id, kind, status in ended:
-        # startswith first: most batches hold no task, and it costs less than is_task_kind's call.
-        if kind.startswith(KIND) and status in FINAL and registry.is_task_kind(kind):
+        if status in FINAL and registry.is_task_kind(kind):
             try:  # one task's failing receiver must not cost the batch's other tasks their signal
                 job = Job.objects.select_related("return_value").get(pk=job_id)
                 result = result_of(job)

@@ -84,10 +84,8 @@ class Pool:
         """Start these attempts, each in a slot of its own."""
         coroutines: list[ClaimedJob] = []
         threaded: list[ClaimedJob] = []
-        modes = self._modes
         for job in jobs:
-            mode = modes.get(job.kind) or self._mode(job.kind)
-            (coroutines if mode == "async" else threaded).append(job)
+            (coroutines if self._mode(job.kind) == "async" else threaded).append(job)
         with self._lock:
             if self._busy + len(jobs) > self.size:
                 raise RuntimeError("The pool has no free slot; claims must be sized to free slots.")
@@ -134,7 +132,7 @@ class Pool:
             if job is None:
                 return
             try:
-                if self._modes[job.kind] == "process":  # submit() read every submitted kind's mode
+                if self._mode(job.kind) == "process":
                     outcome: Any = self.children.run(job)
                 else:
                     outcome = executor.run_attempt(job)
