@@ -50,6 +50,10 @@ class Profile:
     # commit and one WAL flush a batch, not two. What a fused finish-and-claim statement could gain
     # in PostgreSQL, at most (it would still take the two statements' work).
     ceiling_fused: bool = False
+    # Pairs of the ceilings scenario's 1 x fc worker and one-process bare loop (0: as many as reps). A
+    # pair's ratio moves by some 15% on a shared machine: more pairs narrow the median's interval
+    # without lengthening every other measured point, as more reps would.
+    pairs: int = 0
 
 
 PROFILES = {

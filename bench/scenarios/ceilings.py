@@ -11,7 +11,7 @@ from pathlib import Path
 from django.db import connection
 
 from .. import ceilings as ceiling_sql  # capture the worker's statements, write and run the pgbench script
-from ..core import Procs, Summary, ratio
+from ..core import Procs, Summary, median_interval, ratio
 from ..systems import QUEUE
 from .context import Bench
 from .helpers import Section, env, fmt_pct, table
@@ -21,7 +21,7 @@ from .registry import scenario
 @scenario(
     "ceilings",
     title="Ceilings: PostgreSQL's own limit and bare Python's",
-    knobs=("reps", "seconds", "min_jobs", "fleet", "ceiling_fused"),
+    knobs=("reps", "pairs", "seconds", "min_jobs", "fleet", "ceiling_fused"),
     needs=("throughput",),
 )  # stated as fractions of the fleet
 def ceilings(bench: Bench, s: Section) -> None:
@@ -98,8 +98,15 @@ def ceilings(bench: Bench, s: Section) -> None:
                 f"the order alternating ({worker_one.text()})",
                 bare_one.text(),
                 "",
-                f"{fmt_pct(statistics.median(shares))} ({fmt_pct(min(shares))}–{fmt_pct(max(shares))} by pair)",
+                f"{fmt_pct(statistics.median(shares))} ({fmt_pct(min(shares))}–{fmt_pct(max(shares))} by pair, "
+                f"{len(shares)} pairs)",
             ]
+        )
+        low, high = median_interval(shares)
+        s.notes.append(
+            f"The paired fraction's median over {len(shares)} pairs, with a 95% bootstrap interval of that "
+            f"median: {fmt_pct(statistics.median(shares))} ({fmt_pct(low)}–{fmt_pct(high)}). On this shared "
+            "machine a pair moves by some 15%: more pairs (`--set pairs=N`) narrow the interval."
         )
     s.tables.append(
         table(["ceiling", "jobs/s", f"ms per {fc}-job cycle per connection", "ReliableQ as a fraction"], rows)
@@ -124,6 +131,7 @@ def ceilings(bench: Bench, s: Section) -> None:
         bench.results["paired_one"] = paired  # not a Summary: beside "ceilings", whose values the plot draws
         s.data["worker_one_paired"] = paired[0].to_json()
         s.data["one_to_bare_by_pair"] = paired[2]
+        s.data["one_to_bare_median_interval"] = median_interval(paired[2])
     if fused is not None:
         bench.results["ceilings"]["pgbench_fused"] = fused
         s.data["pgbench_fused"] = fused.to_json()
@@ -196,7 +204,7 @@ def _paired_one(bench: Bench, statements: Path) -> tuple[Summary, Summary, list[
             bench.rq, processes=1, concurrency=fc, job="noop", tag=f"pair-c{fc}", guess=600, reps=1, into=worker
         )
 
-    for rep in range(bench.p.reps):
+    for rep in range(bench.p.pairs or bench.p.reps):
         if rep % 2 == 0:
             worker_rep()
             rate = _bare_rep(bench, statements, 1, rep, bare)
