@@ -15,8 +15,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_LOCALS = {"_new", "_cls", "_missing", "obj"}
-
 
 def maker(cls: type[T]) -> Callable[..., T]:
     """A function taking cls's fields by keyword (defaults as in cls) that returns a cls without
@@ -26,9 +24,8 @@ def maker(cls: type[T]) -> Callable[..., T]:
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_missing": dataclasses.MISSING}
     params: list[str] = []
     body = ["    obj = _new(_cls)"]
-    for n, f in enumerate(dataclasses.fields(cls)):
-        if f.name in _LOCALS:
-            raise TypeError(f"{cls.__name__}.{f.name} would shadow a name of the generated code")
+    fields = dataclasses.fields(cls)
+    for n, f in enumerate(fields):
         namespace[f"_set{n}"] = vars(cls)[f.name].__set__  # the slot's member descriptor
         if f.default is not dataclasses.MISSING:
             namespace[f"_default{n}"] = f.default
@@ -40,6 +37,10 @@ def maker(cls: type[T]) -> Callable[..., T]:
         else:
             params.append(f.name)
         body.append(f"    _set{n}(obj, {f.name})")
+    # A parameter named like one of the generated code's names would shadow it inside make().
+    for f in fields:
+        if f.name in namespace or f.name == "obj":
+            raise TypeError(f"{cls.__name__}.{f.name} would shadow a name of the generated code")
     source = f"def make(*, {', '.join(params)}):\n" + "\n".join(body) + "\n    return obj\n"
     exec(compile(source, f"<maker of {cls.__qualname__}>", "exec"), namespace)  # the text is ours, made above
     make: Callable[..., T] = namespace["make"]

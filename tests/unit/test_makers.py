@@ -87,3 +87,17 @@ def test_a_class_it_cannot_make_is_refused() -> None:
     for cls in (Plain, Checked, Shadowing):
         with pytest.raises(TypeError):
             maker(cls)
+
+
+@pytest.mark.parametrize("name", ["_new", "_cls", "_missing", "_set0", "_set1", "_default1", "_factory1"])
+def test_a_field_named_like_the_generated_codes_own_names_is_refused(name: str) -> None:
+    # Each would be a parameter of make() hiding what its body calls (the slot setter of field 0,
+    # the default of field 1, ...), and make would then build a wrong object without a word.
+    cls = dataclasses.make_dataclass(
+        "Clash", [(name, int), ("b", int, dataclasses.field(default_factory=int))], slots=True, frozen=True
+    )
+    other = dataclasses.make_dataclass(
+        "Clash", [(name, int, dataclasses.field(default=0)), ("b", int, dataclasses.field(default=1))], slots=True
+    )
+    with pytest.raises(TypeError, match="would shadow"):
+        maker(cls if name != "_default1" else other)
