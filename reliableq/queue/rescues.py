@@ -14,6 +14,7 @@ from django.db.models.expressions import RawSQL
 from ..floors import RescueFloor
 from ..models import Job, JobStatus
 from . import db, transitions, workflows
+from .enqueue import CHANNEL
 from .pick import Floor
 from .records import Rescued
 from .sql import ATTEMPT, JOB, S, attempts_of, compile_sql, filter_only
@@ -55,7 +56,7 @@ def rescue_expired(queues: Sequence[str], since: Any = None) -> list[Rescued]:
     sql, params = rescue_sql(tuple(queues), since is not None)
     with db.cursor() as cursor:
         cursor.execute(sql, tuple(since if p is _SINCE else p for p in params))
-        rescued = [Rescued(*row) for row in cursor.fetchall()]
+        rescued = [Rescued(*row[:4]) for row in cursor.fetchall()]
     workflows.cancel_stuck([r.job_id for r in rescued if r.status in transitions.FINAL])
     for r in rescued:
         fate: dict[str, str] = {JobStatus.DEAD: "buried: no attempts left", JobStatus.CANCELLED: "cancelled on request"}
@@ -81,7 +82,10 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
     only for a PENDING job, and every way out of RUNNING closes it), so the attempt closed is the
     job's newest, if still RUNNING. The job's worker_id is not changed here, so RETURNING
     j.worker_id is the owner whose lease ran out. `floored`: only leases that expired at or after
-    the first parameter (a RescueFloor's bound), so the lease index is read from there.
+    the first parameter (a RescueFloor's bound), so the lease index is read from there. A requeued
+    job wakes the workers listening on its queue, as an enqueue does (one notification a queue per
+    transaction: PostgreSQL folds identical ones): the leader that rescues it may not serve its queue,
+    and the others would otherwise find it only at their next poll.
     """
     found = Job.objects.expired()
     if floored:
@@ -118,9 +122,11 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
                                 WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
                        updated_at = now()
                  WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
-             RETURNING j.id, j.attempts, j.status, j.worker_id, j.workflow_id
+             RETURNING j.id, j.attempts, j.status, j.worker_id, j.workflow_id, j.queue
             ){transitions.after("moved", transitions.ENDED)}
-            SELECT id, attempts, status, worker_id FROM moved
+            SELECT id, attempts, status, worker_id,
+                   CASE WHEN status = {S.PENDING} THEN pg_notify('{CHANNEL}', queue) END
+              FROM moved
             """,
         expired_params,
     )

@@ -3,8 +3,13 @@
 Every worker runs this service; one of them holds the `maintenance` lease (reliableq.queue.leadership)
 and does the duties, the others only try now and then to take the lease over. The holder renews
 it every third of its length; if it dies or is paused, its lease runs out and the next worker to
-try takes the duties over under a new token, within one lease. So a fleet of fifty workers
-sends one rescue per interval, not fifty, and one worker schedules cron slots and deletes old jobs.
+try takes the duties over under a new token, within one lease and a third. So a fleet of fifty
+workers sends one rescue per interval, not fifty, and one worker schedules cron slots and deletes
+old jobs.
+
+The duty's lease is short (lead_seconds), not the jobs' LEASE_SECONDS: a job whose worker died
+comes back once its lease has run out and a leader rescues it, so a leader that died with it
+would otherwise hold every queue's rescues back by its own job lease and more.
 
 None of the duties needs the lease for safety (a rescue takes only expired leases, under SKIP
 LOCKED; a cron slot is one job by its unique key; retention deletes finished rows): two holders for
@@ -21,6 +26,13 @@ from .store import Store
 logger = logging.getLogger("reliableq.worker")
 
 DUTY = "maintenance"
+LEAD_FLOOR_SECONDS = 2.0  # however short POLL_SECONDS is: a leader's loop may stall that long
+
+
+def lead_seconds(lease_seconds: float, rescue_seconds: float) -> float:
+    """The maintenance lease: three rescue intervals (at least LEAD_FLOOR_SECONDS), never longer
+    than the jobs' lease. Renewed, and bid for by the others, every third of it."""
+    return min(lease_seconds, max(3.0 * rescue_seconds, LEAD_FLOOR_SECONDS))
 
 
 class Maintenance:
@@ -39,7 +51,7 @@ class Maintenance:
         self._store = store
         self._worker_id = worker_id
         self._queues = queues
-        self._lease_seconds = lease_seconds
+        self._lead_seconds = lead_seconds(lease_seconds, rescue_seconds)
         self._intervals = {"rescue": rescue_seconds, "schedule": schedule_seconds, "retain": retention_seconds}
         self._has_crons = has_crons
         self._token: uuid.UUID | None = None
@@ -54,7 +66,7 @@ class Maintenance:
         """Keep or try for the lease (every third of it), and, while holding it, do what is due."""
         if now >= self._next_lead:
             self._lead()
-            self._next_lead = now + self._lease_seconds / 3.0
+            self._next_lead = now + self._lead_seconds / 3.0
         if not self.leading:
             return
         if self._due("rescue", now):
@@ -76,7 +88,7 @@ class Maintenance:
         self._token = None
 
     def _lead(self) -> None:
-        token = self._store.lead(DUTY, holder=self._worker_id, seconds=self._lease_seconds, token=self._token)
+        token = self._store.lead(DUTY, holder=self._worker_id, seconds=self._lead_seconds, token=self._token)
         if token is not None and self._token is None:
             logger.info("worker %s is the maintenance leader (rescue, cron, retention)", self._worker_id)
             self._next = {}  # a new leader does each duty at once

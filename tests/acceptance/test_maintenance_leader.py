@@ -1,5 +1,5 @@
 """Maintenance is done by one elected worker: rescue, cron and retention; SIGKILL the leader and
-another worker takes the duties over within one lease (of LEASE_SECONDS), and rescues its jobs."""
+another worker takes the duties over within the leader's short lease, and rescues its jobs."""
 
 from __future__ import annotations
 
@@ -44,6 +44,53 @@ def test_one_worker_of_a_fleet_leads_and_a_killed_leader_is_replaced_within_one_
     # The lease runs out at most LEASE after the leader's last renewal (every LEASE/3); the
     # successors try for it every LEASE/3 too. Slack for a loaded machine.
     assert took_over <= LEASE + LEASE / 3 + 2.0, took_over
+
+
+def test_a_job_whose_worker_died_with_a_long_leased_leader_comes_back_after_its_own_lease(spawn_worker):
+    # The leader's jobs have a 30 s lease, the held job 2 s. The maintenance lease is not the
+    # leader's job lease: dying together, the leader must not hold the job's rescue back 30 s.
+    leader = spawn_worker("--lease-seconds", "30")
+    leader.wait_for_output(LEADS, timeout=30)
+    holder = spawn_worker("--queues", "held", "--worker-id", "holder")
+    holder.wait_for_output(" started: ", timeout=30)
+    job = reliableq.enqueue("test.sleep", {"seconds": 120}, queue="held")
+    wait_until(lambda: owner_of(job.id)() == "holder", timeout=30, what="the holder to take the job")
+    rescuer = spawn_worker("--queues", "held", "--lease-seconds", "30", "--worker-id", "rescuer")
+    rescuer.wait_for_output(" started: ", timeout=30)
+
+    leader.signal(signal.SIGKILL)
+    holder.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_until(lambda: owner_of(job.id)() == "rescuer", timeout=60, what="the job running again")
+    took = time.monotonic() - killed_at
+    assert [a.outcome for a in attempts(job.id)] == [Outcome.LEASE_EXPIRED, Outcome.RUNNING]
+    assert LEADS in rescuer.output()
+    # The job's lease (2 s) and the leader's (lead_seconds: 2 s here) run out together; bids come
+    # every third of the latter. The leader's 30 s job lease took 20-30 s. Slack for a loaded machine.
+    assert took <= LEASE + LEASE + LEASE / 3 + 3.0, took
+
+
+def test_a_rescued_job_wakes_an_idle_worker_of_its_queue_at_once(spawn_worker):
+    # The leader serves another queue; the only worker of the job's queue polls every 30 s. The
+    # rescue's notification must wake it, as an enqueue's does, not its next poll.
+    leader = spawn_worker("--queues", "elsewhere", "--worker-id", "leader")
+    leader.wait_for_output(LEADS, timeout=30)
+    holder = spawn_worker("--queues", "held", "--worker-id", "holder")
+    holder.wait_for_output(" started: ", timeout=30)
+    job = reliableq.enqueue("test.sleep", {"seconds": 120}, queue="held")
+    wait_until(lambda: owner_of(job.id)() == "holder", timeout=30, what="the holder to take the job")
+    idle = spawn_worker("--queues", "held", "--worker-id", "idle", env={"RELIABLEQ_POLL_SECONDS": "30"})
+    idle.wait_for_output(" started: ", timeout=30)
+    time.sleep(0.5)  # past its first look for work
+
+    holder.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_until(lambda: owner_of(job.id)() == "idle", timeout=60, what="the job running again")
+    took = time.monotonic() - killed_at
+    assert [a.outcome for a in attempts(job.id)] == [Outcome.LEASE_EXPIRED, Outcome.RUNNING]
+    # The lease (2 s) runs out, the leader rescues within its POLL_SECONDS (0.1 s); slack for a
+    # loaded machine, far under the idle worker's 30 s poll.
+    assert took <= LEASE + 0.1 + 5.0, took
 
 
 def test_a_clean_shutdown_hands_the_lease_over_at_once(spawn_worker):

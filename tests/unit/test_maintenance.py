@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reliableq.services import Retained
-from reliableq.worker.maintenance import Maintenance
+from reliableq.worker.maintenance import LEAD_FLOOR_SECONDS, Maintenance, lead_seconds
 
 
 class SharedLease:
@@ -93,3 +93,10 @@ def test_while_old_rows_are_left_retention_goes_on_at_every_tick():
     for second in range(6):
         leader.tick(float(second))
     assert store.calls["retain"] == 3  # at 0, 1 and 2 s; then back to every 60 s
+
+
+def test_the_duty_lease_is_three_rescue_intervals_floored_and_never_longer_than_the_jobs_lease():
+    assert lead_seconds(30.0, 1.0) == 3.0  # the defaults: renewed and bid for every second
+    assert lead_seconds(30.0, 0.1) == LEAD_FLOOR_SECONDS  # a tiny POLL_SECONDS: a stall must not cost the lease
+    assert lead_seconds(1.0, 5.0) == 1.0  # a worker whose jobs' lease is shorter than three intervals
+    assert lead_seconds(600.0, 1.0) == 3.0  # long job leases no longer hold the fleet's rescues back
