@@ -504,8 +504,8 @@ LIMITS: dict[str, str] = {
     "listings) and a commit that waits for the WAL flush (synchronous_commit on).",
     "finished rows": "the claim reads the partial index of due PENDING rows, whatever the table holds; what "
     "moves is the rest of the machine (autovacuum, checkpoints) during the run.",
-    "recovery": "what is left of the lease at the kill (the heartbeat renews every third of it) plus the rescuer's "
-    "POLL_SECONDS.",
+    "recovery": "what is left of the lease at the kill (the heartbeat renews every third of it) plus the leader's "
+    "POLL_SECONDS (its rescue interval); when the leader dies too, its maintenance lease first.",
     "amplification": "sampling: the spread of attempts per job at this many jobs.",
     "a fan-in of": "the report member's claim, which reads every upstream member's return value by a LEFT JOIN "
     "whose condition repeats `r.job_id = ANY(ARRAY(SELECT upstream FROM e))`: one index probe per upstream, each "

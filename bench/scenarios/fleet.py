@@ -30,7 +30,8 @@ def fleet(bench: Bench, s: Section) -> None:
         "while busy; then a fresh fleet of the same size with a cron kind and one-second maintenance intervals, "
         f"idle for {p.maintenance_seconds:g} s, while pg_stat_statements counts the statements of each duty "
         "the database ran (see bench/statements.py). Rescue, cron, retention and the plan guard are the "
-        "elected leader's alone; lease tries are every worker's bid for the lease, every third of LEASE_SECONDS."
+        "elected leader's alone; lease tries are every worker's bid for the lease, every third of the maintenance "
+        "lease (three POLL_SECONDS, at least 2 s, at most LEASE_SECONDS)."
     )
     rows = []
     data = {}
@@ -89,8 +90,9 @@ def fleet(bench: Bench, s: Section) -> None:
     s.notes.append(
         "The leader's statements per second (rescue + cron + retention + plan guard): "
         + ", ".join(f"{leader[n]:.2f} at {n}" for n in sorted(leader))
-        + ". Lease tries grow with the fleet by design: each worker bids every third of LEASE_SECONDS "
-        "(3 s here, 30 s by default), one small upsert on one row."
+        + ". Lease tries grow with the fleet by design: each worker bids every third of the maintenance lease "
+        "(three POLL_SECONDS, at least 2 s, at most LEASE_SECONDS: every second here and by default), one "
+        "small upsert on one row."
     )
     s.data = {"concurrency": c, "by_processes": data, "leader_statements_per_second": leader}
 
@@ -111,7 +113,7 @@ def maintenance_window(bench: Bench, processes: int, concurrency: int, tag: str)
             tag=tag,
             DATABASE_URL=named_url(bench.database_url, tag),
             # Short intervals, so that a window of seconds holds many rounds of each duty: rescue every
-            # POLL_SECONDS (1 s), cron and retention every second, the lease tried every third of 3 s.
+            # POLL_SECONDS (1 s), cron and retention every second, the lease (3 s) tried every second.
             RELIABLEQ_TEST_CRON="1",  # testproject's every-second cron kind: something to schedule
             RELIABLEQ_SCHEDULE_SECONDS="1",
             RELIABLEQ_RETENTION_INTERVAL_SECONDS="1",
