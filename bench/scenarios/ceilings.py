@@ -53,6 +53,7 @@ def ceilings(bench: Bench, s: Section) -> None:
     # One process against one: what the worker's Python adds over the loop's, with no second process.
     # Paired: a repetition of each in turn, so that each ratio compares two runs a few seconds apart.
     paired = _paired_one(bench, statements) if fp != 1 and one is not None else None
+    interval = median_interval(paired[2]) if paired else None
     bare_one = paired[1] if paired else bare
 
     def cycle_ms(rate: float) -> str:
@@ -102,7 +103,8 @@ def ceilings(bench: Bench, s: Section) -> None:
                 f"{len(shares)} pairs)",
             ]
         )
-        low, high = median_interval(shares)
+        assert interval is not None
+        low, high = interval
         s.notes.append(
             f"The paired fraction's median over {len(shares)} pairs, with a 95% bootstrap interval of that "
             f"median: {fmt_pct(statistics.median(shares))} ({fmt_pct(low)}–{fmt_pct(high)}). On this shared "
@@ -131,7 +133,7 @@ def ceilings(bench: Bench, s: Section) -> None:
         bench.results["paired_one"] = paired  # not a Summary: beside "ceilings", whose values the plot draws
         s.data["worker_one_paired"] = paired[0].to_json()
         s.data["one_to_bare_by_pair"] = paired[2]
-        s.data["one_to_bare_median_interval"] = median_interval(paired[2])
+        s.data["one_to_bare_median_interval"] = interval
     if fused is not None:
         bench.results["ceilings"]["pgbench_fused"] = fused
         s.data["pgbench_fused"] = fused.to_json()

@@ -10,7 +10,7 @@ import time
 from django.db import transaction
 
 from ..core import Procs, wait_for
-from ..systems import _all, _one
+from ..systems import _all, _exec, _one
 from .context import Bench
 from .helpers import Section, env, mean, table
 from .registry import scenario
@@ -47,16 +47,20 @@ def recovery(bench: Bench, s: Section) -> None:
                 "met" if ok else f"missed by {worst - lease - 1:.2f} s",
             ]
         )
-    # Killed with the leader: the job's lease and the leader's (three POLL_SECONDS) run out, B bids every
-    # third of the latter, then rescues at once.
-    bound = max(WITH_LEADER_LEASE, LEADER_LEASE + LEADER_LEASE / 3) + 1.0
+    from reliableq.conf import reliableq_settings
+    from reliableq.worker.maintenance import lead_seconds
+
+    # Killed with the leader: the job's lease and the leader's run out, B bids every third of the
+    # latter, then rescues at once. M and B run with the settings' lease and poll, as this process reads them.
+    leader_lease = lead_seconds(float(reliableq_settings.LEASE_SECONDS), float(reliableq_settings.POLL_SECONDS))
+    bound = max(WITH_LEADER_LEASE, leader_lease + leader_lease / 3) + 1.0
     rows.append(
         [
             f"{WITH_LEADER_LEASE:g} s, killed with the leader",
             1,
             f"{with_leader:.2f}",
             f"{with_leader:.2f}",
-            f"{bound:g} (the leader's lease {LEADER_LEASE:g} s + a third + 1 s)",
+            f"{bound:g} (the leader's lease {leader_lease:g} s + a third + 1 s)",
             "met" if with_leader <= bound else f"missed by {with_leader - bound:.2f} s",
         ]
     )
@@ -80,7 +84,6 @@ def recovery(bench: Bench, s: Section) -> None:
     s.plots.append(report.plot_recovery(bench.out, samples))
 
 
-LEADER_LEASE = 3.0  # reliableq.worker.maintenance.lead_seconds at the defaults (POLL_SECONDS 1, LEASE_SECONDS 30)
 WITH_LEADER_LEASE = 2.0
 WITH_LEADER = (WITH_LEADER_LEASE, -1)  # the trial killed together with the leader, apart from the others
 
@@ -95,7 +98,7 @@ def _kill_and_recover(bench: Bench) -> tuple[dict[float, list[float]], float]:
     samples: dict[float, list[float]] = {lease: [] for lease in bench.p.leases}
     began = time.monotonic()
     with Procs(bench.logs) as procs:
-        _one("WITH gone AS (DELETE FROM reliableq_leader RETURNING 1) SELECT count(*) FROM gone")  # a row left over
+        _exec("DELETE FROM reliableq_leader")  # a row left over by an earlier scenario's workers
         leader = procs.manage(
             "rec-M", ["runworker", "--queues", "rec-leader", "--worker-id", "M"], env=env(RELIABLEQ_LOG_LEVEL="WARNING")
         )
