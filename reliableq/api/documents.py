@@ -110,7 +110,7 @@ def workflow(
         ],
         "callbacks": [
             {
-                "event": c.dedupe_key.partition(":")[2] if c.dedupe_key else "",
+                "event": c.callback[1],
                 "run": _run_of(c),
                 "id": str(c.id),
                 "kind": c.kind,
@@ -122,5 +122,5 @@ def workflow(
 
 
 def _run_of(callback: Job) -> int | None:
-    run = (callback.dedupe_key or "").partition(":")[0]
+    run = callback.callback[0]
     return int(run) if run.isdigit() else None

@@ -1,4 +1,5 @@
-"""The fleet's maintenance, done by one elected worker: rescue of expired leases, cron slots, retention.
+"""The fleet's maintenance, done by one elected worker: rescue of expired leases, the rest of long
+workflow cancels, cron slots, retention.
 
 Every worker runs this service; one of them holds the `maintenance` lease (reliableq.queue.leadership)
 and does the duties, the others only try now and then to take the lease over. The holder renews
@@ -26,7 +27,8 @@ from .store import Store
 logger = logging.getLogger("reliableq.worker")
 
 DUTY = "maintenance"
-LEAD_FLOOR_SECONDS = 2.0  # however short POLL_SECONDS is: a leader's loop may stall that long
+LEAD_FLOOR_SECONDS = 2.0
+CASCADES_PER_ROUND = 10  # however short POLL_SECONDS is: a leader's loop may stall that long
 
 
 def lead_seconds(lease_seconds: float, rescue_seconds: float) -> float:
@@ -72,6 +74,11 @@ class Maintenance:
         if self._due("rescue", now):
             self._store.guard_claims(self._queues)
             self._store.rescue()
+            # What a cancel handed on and nobody took up (its worker died, or an operator's request
+            # ended first): a few short transactions a round.
+            for _ in range(CASCADES_PER_ROUND):
+                if not self._store.cascade():
+                    break
         if self._has_crons and self._due("schedule", now):
             self._store.schedule_cron()
         if self._due("retain", now):

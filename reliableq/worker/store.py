@@ -60,6 +60,10 @@ class Store(Protocol):
 
     def rescue(self) -> list[Rescued]: ...
 
+    def cascade(self) -> int:
+        """Cancel onward from workflow members a bounded cancel handed on, in one short transaction;
+        how many members it took (0: nothing was handed on)."""
+
     def retain(self) -> services.Retained: ...
 
     def guard_claims(self, queues: Sequence[str]) -> None:
@@ -138,6 +142,9 @@ class DatabaseStore:
 
     def rescue(self) -> list[Rescued]:
         return jobqueue.rescue(self._rescue_floor)
+
+    def cascade(self) -> int:
+        return jobqueue.cascade()[0]
 
     def retain(self) -> services.Retained:
         return services.retain()

@@ -31,7 +31,7 @@ def finished(workflow_ids) -> bool:
 
 
 def callbacks(record: Workflow) -> list[str]:
-    return sorted(Job.objects.filter(workflow=record, member_name__isnull=True).values_list("dedupe_key", flat=True))
+    return sorted(":".join(j.callback) for j in Job.objects.filter(workflow=record, member_name__isnull=True))
 
 
 def assert_ran_after_upstream(record: Workflow) -> None:

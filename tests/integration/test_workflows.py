@@ -22,7 +22,7 @@ def statuses(record: Workflow) -> dict[str, str]:
 
 
 def callbacks(record: Workflow) -> list[tuple[str, str]]:
-    return sorted((j.dedupe_key, j.kind) for j in Job.objects.filter(workflow=record, member_name__isnull=True))
+    return sorted((":".join(j.callback), j.kind) for j in Job.objects.filter(workflow=record, member_name__isnull=True))
 
 
 def diamond(**report: Any) -> tuple[reliableq.workflows.WorkflowBuilder, list[Any]]:
@@ -58,7 +58,7 @@ def test_members_wait_for_their_upstream_and_see_its_values() -> None:
         "upstream": {"fetch": {"member": "fetch", "upstream": {}}},
     }
     assert callbacks(record) == [("1:complete", "wf.callback"), ("1:success", "wf.callback")]
-    done = Job.objects.get(workflow=record, dedupe_key="1:success")
+    done = Job.objects.get(workflow=record, dedupe_key=f"workflow:{record.pk}:1:success")
     assert done.status == JobStatus.SUCCEEDED
     assert done.result == {"event": "success", "workflow": str(record.pk)}
 

@@ -159,6 +159,9 @@ class FakeStore:
     def rescue(self) -> list[Rescued]:
         return []
 
+    def cascade(self) -> int:
+        return 0
+
     def retain(self) -> Retained:
         return Retained()
 
