@@ -304,4 +304,3 @@ def test_a_fair_key_on_a_member_of_a_kind_that_is_not_fair_is_refused() -> None:
     wf.add("wf.step", {}, name="m", fair_key="a")
     with pytest.raises(InvalidJob, match="fair_key"):
         wf.enqueue()
-
