@@ -286,7 +286,7 @@ wf_tops AS (
 # (WorkflowCascade): what a finish can add to a batch of other jobs' ends, whatever the graph.
 WALK = 200
 # How many members a hand-off's own transaction cancels (cascade()): one short statement each.
-CASCADE = 2_000
+CASCADE = 500
 
 
 def _ended(rows: str | None, *, walk: int = WALK) -> str:
@@ -536,6 +536,16 @@ _CASCADE_SQL = f"""
 """
 
 
+def handed_on(*, older_than: float) -> bool:
+    """Whether a cancel handed on more than `older_than` seconds ago is still waiting to go on."""
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {CASCADE_TABLE} WHERE created_at < now() - make_interval(secs => %s))",
+            [older_than],
+        )
+        return bool(cursor.fetchone()[0])
+
+
 def drain(*, seconds: float = 5.0) -> int:
     """cascade() until nothing is handed on, or for about `seconds`; how many dependents it cancelled.
 
@@ -557,9 +567,8 @@ def cascade(*, members: int = 50) -> tuple[int, int]:
     with db.atomic(), db.cursor() as cursor:
         db.run(cursor, _CASCADE_SQL, [members])
         taken, cancelled, again = cursor.fetchone()
-        if again:
-            cancel_stuck(cancelled)
-    return int(taken), len(cancelled)
+        stuck = cancel_stuck(cancelled) if again else 0
+    return int(taken), len(cancelled) + stuck
 
 
 def hook(rows: str, change: str) -> str:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 from .store import Store
 
 logger = logging.getLogger("reliableq.worker")
 
 DUTY = "maintenance"
-LEAD_FLOOR_SECONDS = 2.0
-CASCADES_PER_ROUND = 10  # however short POLL_SECONDS is: a leader's loop may stall that long
+LEAD_FLOOR_SECONDS = 2.0  # however short POLL_SECONDS is: a leader's loop may stall that long
 
 
 def lead_seconds(lease_seconds: float, rescue_seconds: float) -> float:
@@ -49,8 +49,10 @@ class Maintenance:
         schedule_seconds: float,
         retention_seconds: float,
         has_crons: bool,
+        cascade: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
+        self._cascade = cascade
         self._worker_id = worker_id
         self._queues = queues
         self._lead_seconds = lead_seconds(lease_seconds, rescue_seconds)
@@ -74,11 +76,10 @@ class Maintenance:
         if self._due("rescue", now):
             self._store.guard_claims(self._queues)
             self._store.rescue()
-            # What a cancel handed on and nobody took up (its worker died, or an operator's request
-            # ended first): a few short transactions a round.
-            for _ in range(CASCADES_PER_ROUND):
-                if not self._store.cascade():
-                    break
+            # A cancel handed on and not taken up (its worker died): this worker's completer takes it
+            # up, off this thread, which claims.
+            if self._store.handed_on(older_than=self._intervals["rescue"]):
+                self._cascade()
         if self._has_crons and self._due("schedule", now):
             self._store.schedule_cron()
         if self._due("retain", now):

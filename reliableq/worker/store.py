@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .. import floors, registry, services
 from .. import queue as jobqueue
-from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers
+from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers, workflows
 from ..registry import Limits
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
@@ -63,6 +63,9 @@ class Store(Protocol):
     def cascade(self) -> int:
         """Cancel onward from workflow members a bounded cancel handed on, in one short transaction;
         how many members it took (0: nothing was handed on)."""
+
+    def handed_on(self, *, older_than: float) -> bool:
+        """Whether a cancel handed on more than `older_than` seconds ago waits still (nobody took it up)."""
 
     def retain(self) -> services.Retained: ...
 
@@ -145,6 +148,9 @@ class DatabaseStore:
 
     def cascade(self) -> int:
         return jobqueue.cascade()[0]
+
+    def handed_on(self, *, older_than: float) -> bool:
+        return workflows.handed_on(older_than=older_than)
 
     def retain(self) -> services.Retained:
         return services.retain()

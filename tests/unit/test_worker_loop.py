@@ -162,6 +162,9 @@ class FakeStore:
     def cascade(self) -> int:
         return 0
 
+    def handed_on(self, *, older_than: float) -> bool:
+        return False
+
     def retain(self) -> Retained:
         return Retained()
 
