@@ -366,12 +366,12 @@ class WorkflowCount(models.Model):
 
 
 class WorkflowCascade(models.Model):
-    """A member whose WAITING dependents a cancel has still to reach: a statement's own walk of the
-    graph stops after a bound (reliableq.queue.workflows.WALK), and hands the rest on here, to be
-    cancelled in short transactions of their own."""
+    """A WAITING member a cancel found doomed and left: a statement's own walk of the graph stops
+    after a bound (reliableq.queue.workflows.WALK) and hands the rest on here, to be cancelled, and
+    walked from, in short transactions of their own."""
 
     id = models.BigAutoField(primary_key=True)
-    member = models.UUIDField()
+    member = models.UUIDField(unique=True)
     workflow = models.UUIDField()
     created_at = models.DateTimeField(db_default=Now())
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import faults
 from ..conf import reliableq_settings
-from ..models import Outcome
+from ..models import JobStatus, Outcome
 from . import db, transitions, workflows
 from .records import Finish, FinishResult
 from .sql import ATTEMPT, JOB, RETURN_VALUE, RUNNING_FENCE, S, attempts_of
@@ -233,6 +233,17 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     result = FinishResult()
     if not finishes:
         return result
+    # A member that did not succeed may cancel up to workflows.WALK dependents in its statement: the
+    # other ends of the batch commit first, in a statement of their own, and never wait for that.
+    failing = [f for f in finishes if f.workflow and f.status != JobStatus.SUCCEEDED]
+    if failing and len(failing) < len(finishes):
+        first = finish([f for f in finishes if not (f.workflow and f.status != JobStatus.SUCCEEDED)])
+        then = finish(failing)
+        return FinishResult(
+            finalized=first.finalized + then.finalized,
+            lost=first.lost + then.lost,
+            cancelled=first.cancelled | then.cancelled,
+        )
     # The rows as one JSON text: psycopg dumps a list parameter element by element in Python, seven
     # lists of a batch's ends cost more than the job's own work; json.dumps is one call in C. Sorted
     # by job id, the order in which a plan scanning their index meets them.

@@ -206,17 +206,21 @@ def _map(rows: str, key: str, value: str) -> str:
     return f"(SELECT COALESCE(jsonb_object_agg({key}, {value}), '{{}}'::jsonb) AS m FROM {rows})"
 
 
-def _walk(start: str, step: str, limit: int) -> str:
+def _walk(start: str, step: str, limit: int, *, seeds: str | None = None) -> str:
     """The members reachable from the ids of `start` by edges to members that satisfy `step` (a
-    condition on the member j), transitively, breadth first, at most `limit` of them.
+    condition on the member j), transitively, breadth first, at most `limit` of them; with `seeds`,
+    the ids of `seeds` first, and what is reachable from them too.
 
     Each step is a probe of the edges' upstream index and of the jobs' primary key per row (OFFSET 0
     keeps each LATERAL a subquery of its own), so no statistics can make it a walk of either table;
     UNION keeps each member once, and the LIMIT stops the recursion once it has enough."""
     probe = f"""CROSS JOIN LATERAL (SELECT e.target FROM {EDGE} e WHERE e.upstream = s.id OFFSET 0) e
         CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND {step} OFFSET 0) j"""
+    first = f"SELECT j.id FROM {start} s {probe}"
+    if seeds is not None:
+        first = f"SELECT id FROM (SELECT id FROM {seeds} UNION ALL {first}) first"
     return f"""WITH RECURSIVE reach(id) AS (
-        SELECT j.id FROM {start} s {probe}
+        {first}
         UNION
         SELECT j.id FROM reach s {probe}
     ) SELECT id FROM reach LIMIT {int(limit)}"""
@@ -282,54 +286,80 @@ wf_tops AS (
 )"""
 
 
-# How many members one statement's walk of the graph cancels before it hands the rest on
-# (WorkflowCascade): what a finish can add to a batch of other jobs' ends, whatever the graph.
+# What one statement's walk of the graph cancels before it hands the rest on (WorkflowCascade): at
+# most WALK dependents, and no more than WALK_EDGES edges out of them to count, so what a finish adds
+# to a batch, and what each step of the rest costs, is bounded whatever the graph's shape.
 WALK = 200
-# How many members a hand-off's own transaction cancels (cascade()): one short statement each.
-CASCADE = 500
+WALK_EDGES = 2_000
 
 
-def _ended(rows: str | None, *, walk: int = WALK) -> str:
+def _ended(rows: str | None) -> str:
     """The CTEs that follow ends of members (transitions.ENDED): the WAITING dependents of the
-    members that failed are cancelled (their error names the upstream that doomed them),
-    transitively, at most `walk` of them here and the rest handed on (WorkflowCascade); every end
-    is counted, what waited on the ends is released, and a workflow whose count reaches zero ends
-    and enqueues its callbacks.
+    members that failed are cancelled (their error names an upstream that doomed them),
+    transitively, within one statement's bound (WALK, WALK_EDGES), the rest handed on
+    (WorkflowCascade); every end is counted, what waited on the ends is released, and a workflow
+    whose count reaches zero ends and enqueues its callbacks.
 
-    `rows` (id, status, workflow_id) are the jobs the statement ended; None: the statement ended
-    none, and walks on from `wf_picked` (member ids handed on earlier: cascade()).
+    `rows` (id, status, workflow_id) are the jobs the statement ended. None: the statement ended
+    none, and takes up members handed on earlier (`wf_picked`, cascade()): each is cancelled first
+    if it still waits and still has an upstream that ended DEAD or CANCELLED (a replay may have
+    reopened it since). What a statement hands on is the dependents it found and left: each member
+    is handed on once and walked from once, so the whole cancel is linear in the graph.
 
     A callback already stored (the failure callback an earlier failure fired) is read, not inserted
     again: ON CONFLICT alone waits for the key's holder, and a finish ending that callback's job
     holds its key while it may wait for a count this statement has locked."""
-    if rows is None:
-        src = "SELECT NULL::uuid AS id, NULL::text AS status, NULL::uuid AS workflow_id WHERE false"
-        start = f"""SELECT j.id, j.status, j.workflow_id FROM {JOB} j
-                     WHERE j.id = ANY(ARRAY(SELECT member FROM wf_picked)) AND j.status IN ({S.DEAD}, {S.CANCELLED})"""
-    else:
-        src = f"SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL"
-        start = f"SELECT id, status, workflow_id FROM wf_src WHERE status <> {S.SUCCEEDED}"
+    none = "SELECT NULL::uuid AS id, NULL::text AS status, NULL::uuid AS workflow_id WHERE false"
     doomed_step = (
         f"j.status = {S.WAITING} AND j.on_upstream_failure = {S.cancel}"
         " AND NOT ((SELECT m FROM wf_src_map) ? j.id::text)"
     )
-    cause = "(SELECT m FROM wf_from_map) ? e.upstream::text OR (SELECT m FROM wf_doomed_map) ? e.upstream::text"
+    # Scalar subqueries and LATERAL probes by key, never EXISTS: a planner that pulls an EXISTS up into
+    # a semi-join may scan the jobs once per edge when their statistics are stale.
+    ended_upstream = f"(SELECT u.status FROM {JOB} u WHERE u.id = e.upstream) IN ({S.DEAD}, {S.CANCELLED})"
+    if rows is None:
+        src, start = none, none
+        seeds = f"""SELECT j.id, j.status, j.workflow_id FROM {JOB} j
+                     WHERE j.id = ANY(ARRAY(SELECT member FROM wf_picked)) AND j.status = {S.WAITING}
+                       AND j.on_upstream_failure = {S.cancel}
+                       AND (SELECT true FROM {EDGE} e WHERE e.target = j.id AND {ended_upstream} LIMIT 1)"""
+        picked = "AND NOT ((SELECT m FROM wf_picked_map) ? e.target::text)"
+        picked_map = f"""
+wf_picked_map AS MATERIALIZED {_map("wf_picked", "member::text", "true")},"""
+    else:
+        src = f"SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL"
+        start = f"SELECT id, status, workflow_id FROM wf_src WHERE status <> {S.SUCCEEDED}"
+        seeds, picked, picked_map = none, "", ""
+    cause = (
+        "(SELECT m FROM wf_from_map) ? e.upstream::text OR (SELECT m FROM wf_doomed_map) ? e.upstream::text"
+        f" OR {ended_upstream}"
+    )
     key = callback_key("f.workflow_id", "f.run", "f.event")
     return f"""wf_src AS MATERIALIZED ({src}),
 wf_src_map AS MATERIALIZED {_map("wf_src", "id::text", "status")},
 wf_from AS MATERIALIZED ({start}),
 wf_from_map AS MATERIALIZED {_map("wf_from", "id::text", "status")},
-wf_walk AS MATERIALIZED ({_walk("wf_from", doomed_step, walk + 1)}),
-wf_doomed AS MATERIALIZED (SELECT id FROM wf_walk LIMIT {int(walk)}),
+wf_seeds AS MATERIALIZED ({seeds}),{picked_map}
+wf_walk AS MATERIALIZED ({_walk("wf_from", doomed_step, WALK + 1, seeds="wf_seeds")}),
+wf_doomed AS MATERIALIZED (
+    SELECT id FROM (
+        SELECT w.id, row_number() OVER () AS rank,
+               sum((SELECT count(*) FROM {EDGE} e WHERE e.upstream = w.id)) OVER (ROWS UNBOUNDED PRECEDING) AS edges
+          FROM wf_walk w
+    ) sized
+     WHERE rank <= {WALK} AND (rank = 1 OR edges <= {WALK_EDGES})
+),
 wf_doomed_map AS MATERIALIZED {_map("wf_doomed", "id::text", "true")},
 wf_cause AS MATERIALIZED (
     SELECT d.id AS target,
            format('{UPSTREAM_CANCELLED} member %%s (%%s) ended %%s',
                   (SELECT u.member_name FROM {JOB} u WHERE u.id = c.upstream), c.upstream,
-                  COALESCE((SELECT m FROM wf_from_map) ->> c.upstream::text, {S.CANCELLED})) AS message
+                  COALESCE((SELECT m FROM wf_from_map) ->> c.upstream::text,
+                           (SELECT u.status FROM {JOB} u WHERE u.id = c.upstream
+                                                          AND NOT ((SELECT m FROM wf_doomed_map) ? u.id::text)),
+                           {S.CANCELLED})) AS message
       FROM wf_doomed d CROSS JOIN LATERAL (
-          SELECT e.upstream FROM {EDGE} e WHERE e.target = d.id AND ({cause})
-           ORDER BY (SELECT m FROM wf_from_map) ? e.upstream::text DESC LIMIT 1) c
+          SELECT e.upstream FROM {EDGE} e WHERE e.target = d.id AND ({cause}) LIMIT 1) c
 ),
 wf_cause_map AS MATERIALIZED {_map("wf_cause", "target::text", "message")},
 wf_cancelled AS (
@@ -341,12 +371,13 @@ wf_cancelled AS (
 ),
 wf_handed AS (
     INSERT INTO {CASCADE_TABLE} (member, workflow, created_at)
-    SELECT f.id, f.workflow_id, now()
+    SELECT DISTINCT j.id, f.workflow_id, now()
       FROM (SELECT id, workflow_id FROM wf_from UNION ALL SELECT id, workflow_id FROM wf_cancelled) f
-     WHERE (SELECT count(*) FROM wf_walk) > {int(walk)}
-       AND EXISTS (SELECT 1 FROM {EDGE} e
-                    WHERE e.upstream = f.id AND NOT ((SELECT m FROM wf_doomed_map) ? e.target::text)
-                      AND EXISTS (SELECT 1 FROM {JOB} j WHERE j.id = e.target AND {doomed_step}))
+     CROSS JOIN LATERAL (SELECT e.target FROM {EDGE} e WHERE e.upstream = f.id OFFSET 0) e
+     CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND {doomed_step} OFFSET 0) j
+     WHERE (SELECT count(*) FROM wf_walk) > (SELECT count(*) FROM wf_doomed)
+       AND NOT ((SELECT m FROM wf_doomed_map) ? e.target::text) {picked}
+    ON CONFLICT (member) DO NOTHING
  RETURNING member
 ),
 wf_ended AS MATERIALIZED (
@@ -397,8 +428,7 @@ wf_callbacks AS (
            CASE WHEN f.cb ? 'stride' THEN {_CALLBACK_TURN} END
       FROM wf_fire f
      WHERE (SELECT count(*) FROM wf_tops) >= 0
-       AND NOT EXISTS (SELECT 1 FROM {JOB} k WHERE k.dedupe_scope = f.dedupe_scope
-                                             AND k.dedupe_key = {key})
+       AND (SELECT 1 FROM {JOB} k WHERE k.dedupe_scope = f.dedupe_scope AND k.dedupe_key = {key}) IS NULL
      ORDER BY f.workflow_id, f.event
     ON CONFLICT DO NOTHING
  RETURNING id, pg_notify('{CHANNEL}', queue)
@@ -487,50 +517,80 @@ wf_new_run AS (
 # read under the count's lock, cannot be wrong; the release above leaves them, and cancel_stuck
 # cancels them in the transaction of the end that made their count zero.
 _STUCK_SQL = f"""
-    SELECT DISTINCT e.target FROM {EDGE} e
-     CROSS JOIN LATERAL (SELECT c.remaining, c.failed FROM {COUNT} c
-                          WHERE c.target = e.target AND c.shard = -1 OFFSET 0) c
-     CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND j.status = {S.WAITING}
-                            AND j.on_upstream_failure = {S.cancel} OFFSET 0) j
-     WHERE e.upstream = ANY(%s::uuid[]) AND c.remaining = 0 AND c.failed > 0
+    SELECT s.target, (SELECT count(*) FROM {EDGE} o WHERE o.upstream = s.target) FROM (
+        SELECT DISTINCT e.target FROM {EDGE} e
+         CROSS JOIN LATERAL (SELECT c.remaining, c.failed FROM {COUNT} c
+                              WHERE c.target = e.target AND c.shard = -1 OFFSET 0) c
+         CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND j.status = {S.WAITING}
+                                AND j.on_upstream_failure = {S.cancel} OFFSET 0) j
+         WHERE e.upstream = ANY(%s::uuid[]) AND c.remaining = 0 AND c.failed > 0
+    ) s
 """
+
+_HAND_ON_SQL = f"""
+    INSERT INTO {CASCADE_TABLE} (member, workflow, created_at)
+    SELECT j.id, j.workflow_id, now() FROM {JOB} j WHERE j.id = ANY(%s::uuid[]) AND j.workflow_id IS NOT NULL
+    ON CONFLICT (member) DO NOTHING
+"""
+
+
+def _bounded(stuck: list[tuple[uuid.UUID, int]]) -> list[uuid.UUID]:
+    """The first of `stuck` (id, edges out) within one statement's bound (WALK, WALK_EDGES), at least one."""
+    taken: list[uuid.UUID] = []
+    edges = 0
+    for member, out in stuck[:WALK]:
+        edges += out
+        if taken and edges > WALK_EDGES:
+            break
+        taken.append(member)
+    return taken
 
 
 def cancel_stuck(ended: Sequence[uuid.UUID]) -> int:
     """In the caller's transaction, after members in `ended` ended: cancel their dependents left
     waiting with every upstream ended and some failed (and, through the seam, what follows from
-    that). Returns how many. One indexed read when there are none, which is nearly always."""
-    total = 0
+    that), within one statement's bound, handing the rest on. Returns how many. One indexed read
+    when there are none, which is nearly always.
+
+    One round: what these cancels leave waiting in turn, their own walk cancels or hands on."""
     ended = list(ended)
+    if not ended:
+        return 0
     with db.cursor() as cursor:
-        while ended:
-            db.run(cursor, _STUCK_SQL, [ended])
-            stuck = [row[0] for row in cursor.fetchall()]
-            if not stuck:
-                break
-            cursor.execute(
-                f"""
-                WITH moved AS (
-                    UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
-                           last_error = '{UPSTREAM_CANCELLED} members ended DEAD or CANCELLED before it could run'
-                     WHERE j.id = ANY(%s::uuid[]) AND j.status = {S.WAITING}
-                 RETURNING j.id, j.status, j.workflow_id
-                ){transitions.after("moved", transitions.ENDED)}
-                SELECT id FROM moved
-                """,
-                [stuck],
-            )
-            ended = [row[0] for row in cursor.fetchall()]
-            total += len(ended)
-    return total
+        db.run(cursor, _STUCK_SQL, [ended])
+        found = [(row[0], int(row[1])) for row in cursor.fetchall()]
+        if not found:
+            return 0
+        stuck = _bounded(found)
+        if len(stuck) < len(found):  # the rest are handed on, to be cancelled in steps of their own
+            cursor.execute(_HAND_ON_SQL, [[member for member, _ in found[len(stuck) :]]])
+        cursor.execute(
+            f"""
+            WITH moved AS (
+                UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
+                       last_error = '{UPSTREAM_CANCELLED} members ended DEAD or CANCELLED before it could run'
+                 WHERE j.id = ANY(%s::uuid[]) AND j.status = {S.WAITING}
+             RETURNING j.id, j.status, j.workflow_id
+            ){transitions.after("moved", transitions.ENDED)}
+            SELECT count(*) FROM moved
+            """,
+            [stuck],
+        )
+        return int(cursor.fetchone()[0])
 
 
 _CASCADE_SQL = f"""
     WITH wf_picked AS MATERIALIZED (
         SELECT id, member FROM {CASCADE_TABLE} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
     ),
-    wf_taken AS (DELETE FROM {CASCADE_TABLE} WHERE id = ANY(ARRAY(SELECT id FROM wf_picked))),
-    {_ended(None, walk=CASCADE)}
+    {_ended(None)},
+    -- A member taken up but left (past the statement's bound) stays handed on for the next step.
+    wf_taken AS (
+        DELETE FROM {CASCADE_TABLE} c
+         WHERE c.id = ANY(ARRAY(SELECT id FROM wf_picked))
+           AND NOT (c.member = ANY(ARRAY(SELECT id FROM wf_seeds))
+                    AND NOT ((SELECT m FROM wf_doomed_map) ? c.member::text))
+    )
     SELECT (SELECT count(*) FROM wf_picked), ARRAY(SELECT id FROM wf_cancelled),
            EXISTS (SELECT 1 FROM wf_zero WHERE failed > 0)
 """
@@ -562,7 +622,7 @@ def drain(*, seconds: float = 5.0) -> int:
 
 def cascade(*, members: int = 50) -> tuple[int, int]:
     """Cancel onward from up to `members` members handed on (WorkflowCascade), in one short
-    transaction: at most CASCADE dependents, the rest handed on again. Returns (members taken,
+    transaction: at most WALK dependents, the rest handed on again. Returns (members taken,
     dependents cancelled); (0, 0) when nothing was handed on."""
     with db.atomic(), db.cursor() as cursor:
         db.run(cursor, _CASCADE_SQL, [members])
