@@ -8,10 +8,6 @@ class ReliableQConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks, registry  # noqa: F401  (checks register themselves)
-        from .queue import workflows
-
-        # A member's end releases its dependents in the statement that ends it.
-        workflows.register()
 
         # Like admin.py: every installed app's jobs.py registers its handlers now.
         registry.autodiscover()

@@ -23,6 +23,7 @@ REPORT_ORDER = [
     "flow",
     "fairness",
     "workflows",
+    "cancels",
     "recovery",
     "amplification",
     "pooler",
