@@ -22,7 +22,6 @@ def slots_made(kind: str) -> set[dt.datetime]:
     return set(Job.objects.filter(kind=kind).values_list("run_at", flat=True))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 47: each round makes only the next slot, every SCHEDULE_SECONDS")
 def test_a_schedule_faster_than_the_scheduling_interval_loses_no_slot(spawn_worker):
     """Every 3 s, scheduled by a leader that looks every 5 s (the default): each slot has its job."""
     worker = spawn_worker(env={"RELIABLEQ_TEST_CRON3": "1", "RELIABLEQ_SCHEDULE_SECONDS": "5"})
