@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from . import audit, cron, registry, rules, services
 from .errors import InvalidJob, UnknownKind, WrongStatus
-from .models import CatchUp, Job, Overlap, Schedule
+from .models import CatchUp, Job, JobStatus, Overlap, Schedule
 from .options import JobOptions
 from .queue import db
 from .queue import schedules as statements
@@ -278,7 +279,16 @@ def run_now(name: str, *, by: Any = None) -> Job:
     return job
 
 
-def last_statuses(job_ids: list[uuid.UUID | None]) -> dict[uuid.UUID, str]:
-    """The status of each of these jobs that still exists (retention may have pruned some)."""
-    ids = [i for i in job_ids if i is not None]
-    return dict(Job.objects.filter(pk__in=ids).values_list("pk", "status")) if ids else {}
+def with_last_status() -> QuerySet[Schedule]:
+    """Schedules with `last_status`: the status of their last slot's job (None once retention pruned it)."""
+    status = Job.objects.filter(pk=OuterRef("last_job")).values("status")[:1]
+    return cast("QuerySet[Schedule]", Schedule.objects.annotate(last_status=Subquery(status)))
+
+
+FAILED_SHOWN = 20  # the dashboard's list
+
+
+def failed() -> list[Schedule]:
+    """Schedules whose last slot's job is DEAD (the dashboard's list), by name."""
+    dead = with_last_status().filter(**{"last_status": JobStatus.DEAD})  # an annotation: the plugin cannot see it
+    return list(dead.order_by("name")[:FAILED_SHOWN])
