@@ -18,7 +18,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 
 from . import audit, cron, registry, rules, services
 from .errors import InvalidJob, UnknownKind, WrongStatus
-from .models import CatchUp, Job, JobStatus, Overlap, Schedule
+from .models import Attempt, CatchUp, Job, JobStatus, Overlap, Schedule
 from .options import JobOptions
 from .queue import db
 from .queue import schedules as statements
@@ -89,6 +89,10 @@ def conflicts() -> list[str]:
     return sorted(set(_declared) & set(registry.crons()))
 
 
+def check_name(value: Any, *, field: str = "name") -> str:
+    return rules.label(value, field=field, what="A schedule's name")
+
+
 def check(
     *,
     name: Any,
@@ -104,7 +108,7 @@ def check(
 ) -> ScheduleSpec:
     """The schedule these values make, or InvalidJob naming the first field that breaks a rule.
     With `registered`, its kind must have a handler in this process (UnknownKind's hint included)."""
-    rules.label(name, field="name", what="A schedule's name")
+    check_name(name)
     _check_kind(kind, registered=registered)
     expression = _field("cron", cron_check, cron)
     _field("timezone", zone_check, timezone)
@@ -292,3 +296,38 @@ def failed() -> list[Schedule]:
     """Schedules whose last slot's job is DEAD (the dashboard's list), by name."""
     dead = with_last_status().filter(**{"last_status": JobStatus.DEAD})  # an annotation: the plugin cannot see it
     return list(dead.order_by("name")[:FAILED_SHOWN])
+
+
+def page(*, after: str = "", limit: int = 100) -> tuple[list[Schedule], str | None]:
+    """Schedules by name after `after`, `limit` of them, and the name to list the next page after (None: the last)."""
+    found = list(Schedule.objects.filter(name__gt=after).order_by("name")[: limit + 1])
+    return found[:limit], found[limit - 1].name if len(found) > limit else None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    name: str
+    lag_seconds: float | None  # now minus its last slot's job start (the slot itself until the job starts)
+    last_failed: bool  # its last slot's job is DEAD
+
+
+def health(*, limit: int) -> tuple[list[Health], bool]:
+    """The enabled schedules' lag and last failure, the first `limit` by name; and whether more exist."""
+    started = Attempt.objects.filter(job_id=OuterRef("last_job"), number=1).values("started_at")[:1]
+    found = list(
+        with_last_status()
+        .filter(enabled=True)
+        .annotate(last_started=Subquery(started))
+        .order_by("name")
+        .values_list("name", "last_slot", "last_started", "last_status")[: limit + 1]
+    )
+    now = statements.database_now()
+    figures = [
+        Health(
+            name,
+            None if slot is None else max(0.0, (now - (began or slot)).total_seconds()),
+            status == JobStatus.DEAD,
+        )
+        for name, slot, began, status in found[:limit]
+    ]
+    return figures, len(found) > limit
