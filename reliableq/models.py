@@ -549,7 +549,7 @@ class Schedule(models.Model):
     overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.ALLOW)
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0, help_text="Lower runs first.")
-    from_code = models.BooleanField(default=False, editable=False)
+    from_code = models.BooleanField("declared in code", default=False, editable=False)
     last_slot = models.DateTimeField(null=True, blank=True, editable=False)
     last_job = models.UUIDField(null=True, blank=True, editable=False)
     next_slot = models.DateTimeField(null=True, blank=True, editable=False)

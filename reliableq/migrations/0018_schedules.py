@@ -35,7 +35,7 @@ class Migration(migrations.Migration):
                 ),
                 ("queue", models.CharField(default="default", max_length=100)),
                 ("priority", models.IntegerField(default=0, help_text="Lower runs first.")),
-                ("from_code", models.BooleanField(default=False, editable=False)),
+                ("from_code", models.BooleanField(default=False, editable=False, verbose_name="declared in code")),
                 ("last_slot", models.DateTimeField(blank=True, editable=False, null=True)),
                 ("last_job", models.UUIDField(blank=True, editable=False, null=True)),
                 ("next_slot", models.DateTimeField(blank=True, editable=False, null=True)),

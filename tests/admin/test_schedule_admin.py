@@ -109,10 +109,10 @@ def test_the_list_shows_expression_zone_state_last_slot_with_its_jobs_status_and
     listed = rows(body(scheduler_client.get(LIST)), 'id="result_list"')
     by_name = {text(r["name"]): r for r in listed}
     reports, off = by_name["reports"], by_name["off"]
-    assert text(reports["cron"]) == "0 7 * * *" and text(reports["timezone"]) == "Europe/Paris"
+    assert text(reports["cron_display"]) == "0 7 * * *" and text(reports["timezone"]) == "Europe/Paris"
     assert text(reports["last_slot_display"]) == "2030-01-07 07:00:00 +0100 DEAD"
     assert f"/admin/reliableq/job/{dead.pk}/change/" in reports["last_slot_display"]
-    assert " 07:00:00 +0" in text(reports["next_slot_display"]) and ", in " in text(reports["next_slot_display"])
+    assert "07:00:00 +0" in text(reports["next_slot_display"]) and ", in " in text(reports["next_slot_display"])
     assert text(off["next_slot_display"]) == "disabled"
 
 
