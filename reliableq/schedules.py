@@ -152,6 +152,8 @@ def _field(name: str, checker: Any, value: Any) -> str:
 
 def _check_kind(kind: Any, *, registered: bool) -> None:
     rules.label(kind, field="kind", what="A kind")
+    if registry.is_task_kind(kind):  # a task's payload is the backend's own: a schedule cannot make one
+        raise InvalidJob(f"Kind {kind!r} runs Django Tasks, which a schedule cannot make.", field="kind")
     if registered:
         try:
             registry.get(kind)

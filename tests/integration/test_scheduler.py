@@ -175,6 +175,7 @@ def test_run_now_makes_one_job_at_once_and_respects_overlap_skip():
         ({"cron": "* * * * * * *"}, "cron", "at most once a second"),
         ({"timezone": "Mars/Olympus"}, "timezone", "Unknown time zone"),
         ({"kind": "test.periodik"}, "kind", "Did you mean 'test.periodic'"),
+        ({"kind": "django.task:testproject.tasks.add"}, "kind", "runs Django Tasks"),
         ({"payload": {"bad": "\x00"}}, "payload", "NUL"),
         ({"payload": {"when": dt.datetime(2030, 1, 1)}}, "payload", "not JSON-serializable"),
         ({"payload": {"schedule": "mine"}}, "payload", "gets them from its schedule"),
@@ -191,7 +192,7 @@ def test_bad_input_is_an_invalid_job_that_names_the_field(fields, field, says):
     with pytest.raises(InvalidJob, match=says) as caught:
         schedules.check(**values)
     assert caught.value.field == field
-    if field != "kind":  # code may declare a kind another app registers later: a check error then
+    if "periodik" not in str(fields):  # code may declare a kind another app registers later: a check error
         with pytest.raises(InvalidJob, match=says):
             reliableq.schedule(values.pop("name"), **values)
 
