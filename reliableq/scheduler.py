@@ -19,6 +19,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db import DatabaseError
+
 from . import cron, registry, services
 from .errors import InvalidJob, UnknownKind
 from .models import CatchUp, Job, Overlap
@@ -111,7 +113,13 @@ def _batch(kinds: Sequence[str], late: dt.timedelta, *, budget: int) -> tuple[in
         for row in due:
             if made >= budget:
                 break  # left locked but unchanged: the next round serves it
-            step, count = _serve(row, now, late)
+            try:
+                step, count = _serve(row, now, late)
+            except DatabaseError:
+                raise  # the transaction is lost: the round is retried whole
+            except Exception:  # a row this code cannot serve (edited by hand, say) stops itself, not the round
+                logger.exception("schedule %s is parked (next slot cleared) until it is saved again", row.name)
+                step, count = statements.Progress(id=row.id, next_slot=None), 0
             progress.append(step)
             made += count
         statements.advance(progress)
@@ -119,12 +127,8 @@ def _batch(kinds: Sequence[str], late: dt.timedelta, *, budget: int) -> tuple[in
 
 
 def _serve(row: statements.DueSchedule, now: dt.datetime, late: dt.timedelta) -> tuple[statements.Progress, int]:
-    try:
-        tz = cron.zone(row.timezone)
-        p = plan(row.cron, tz, next_slot=row.next_slot, now=now, late=late, catch_up=row.catch_up, overlap=row.overlap)
-    except ValueError as exc:  # a zone or an expression this host cannot read: park it, say so
-        logger.error("schedule %s is parked (next slot cleared) until it is saved again: %s", row.name, exc)
-        return statements.Progress(id=row.id, next_slot=None), 0
+    tz = cron.zone(row.timezone)  # ValueError for a zone this host lacks: parked by the caller
+    p = plan(row.cron, tz, next_slot=row.next_slot, now=now, late=late, catch_up=row.catch_up, overlap=row.overlap)
     if p.missed_since is not None:
         logger.warning(
             "schedule %s: slots from %s to %s passed with no worker to make them; catch_up=%s makes %s",

@@ -16,7 +16,9 @@ from typing import Any, cast
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from . import audit, cron, registry, rules, services
+from . import audit, registry, rules, services
+from .cron import check as cron_expression
+from .cron import next_slot, zone
 from .errors import InvalidJob, UnknownKind, WrongStatus
 from .models import Attempt, CatchUp, Job, JobStatus, Overlap, Schedule
 from .options import JobOptions
@@ -110,8 +112,8 @@ def check(
     With `registered`, its kind must have a handler in this process (UnknownKind's hint included)."""
     check_name(name)
     _check_kind(kind, registered=registered)
-    expression = _field("cron", cron_check, cron)
-    _field("timezone", zone_check, timezone)
+    expression = _field("cron", cron_expression, cron)
+    _field("timezone", zone, timezone)
     if catch_up not in CatchUp.values:
         raise InvalidJob(f"catch_up must be one of {', '.join(CatchUp.values)} (got {catch_up!r}).", field="catch_up")
     if overlap not in Overlap.values:
@@ -120,7 +122,7 @@ def check(
     rules.priority(priority)
     payload = {} if payload is None else payload
     encoded = rules.payload(payload)
-    taken = [k for k in RESERVED if isinstance(payload, dict) and k in payload]
+    taken = [k for k in RESERVED if k in payload]  # a dict: rules.payload said so
     if taken:
         raise InvalidJob(
             f"The payload cannot hold {', '.join(taken)}: each job's payload gets them from its schedule.",
@@ -134,16 +136,8 @@ def check(
     )  # fmt: skip
 
 
-def cron_check(value: Any) -> str:
-    return cron.check(value)
-
-
-def zone_check(value: Any) -> str:
-    cron.zone(value)
-    return str(value)
-
-
 def _field(name: str, checker: Any, value: Any) -> str:
+    """checker(value) as text, its ValueError an InvalidJob naming the field."""
     try:
         return str(checker(value))
     except ValueError as exc:
@@ -167,7 +161,7 @@ def _check_kind(kind: Any, *, registered: bool) -> None:
 def first_slot(spec: ScheduleSpec | Schedule, now: dt.datetime) -> dt.datetime | None:
     """The schedule's first slot after `now` (None if it never fires again)."""
     try:
-        return cron.next_slot(spec.cron, now, cron.zone(spec.timezone))
+        return next_slot(spec.cron, now, zone(spec.timezone))
     except ValueError:
         return None
 
@@ -247,9 +241,9 @@ def set_enabled(name: str, enabled: bool, *, by: Any = None) -> Schedule:
     with db.atomic():
         now = statements.database_now()
         schedule.enabled = enabled
-        next_slot = first_slot(schedule, now) if enabled else None
+        upcoming = first_slot(schedule, now) if enabled else None
         Schedule.objects.filter(pk=schedule.pk, enabled=not enabled).update(
-            enabled=enabled, next_slot=next_slot, updated_at=now
+            enabled=enabled, next_slot=upcoming, updated_at=now
         )
         if by is not None:
             audit.record(by, schedule, ENABLED if enabled else DISABLED)
@@ -264,7 +258,7 @@ def run_now(name: str, *, by: Any = None) -> Job:
     Audited when `by` is a user.
     """
     schedule = _named(name)
-    tz = cron.zone(schedule.timezone)
+    tz = zone(schedule.timezone)
     with db.atomic():
         now = statements.database_now()
         payload = {**schedule.payload, "scheduled_for": now.astimezone(tz).isoformat(), "schedule": schedule.name}

@@ -218,3 +218,14 @@ def test_a_schedule_declared_in_code_changes_only_its_enabled_outside_the_code()
     assert caught.value.field == "cron"
     row.enabled = False
     assert schedules.save(row, changed=frozenset({"enabled"})).next_slot is None
+
+
+def test_a_row_the_round_cannot_serve_is_parked_and_the_others_are_served(caplog):
+    broken, fine = make("broken"), make("fine")
+    rewind(broken, 1)
+    rewind(fine, 1)
+    Schedule.objects.filter(pk=broken.pk).update(payload=[1, 2])  # edited by hand: not an object
+    scheduler.serve(late_seconds=LATE)
+    assert Schedule.objects.get(pk=broken.pk).next_slot is None  # parked until saved again
+    assert Job.objects.filter(payload__schedule="fine").exists()
+    assert "schedule broken is parked" in caplog.text
