@@ -27,6 +27,7 @@ REPORT_ORDER = [
     "amplification",
     "pooler",
     "fleet",
+    "schedules",
 ]
 
 
