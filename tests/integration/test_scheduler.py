@@ -168,6 +168,7 @@ def test_run_now_makes_one_job_at_once_and_respects_overlap_skip():
     assert Job.objects.count() == 1
 
 
+@pytest.mark.django_db  # the rules read no table: no flush per case
 @pytest.mark.parametrize(
     ("fields", "field", "says"),
     [
