@@ -332,8 +332,6 @@ if os.environ.get("RELIABLEQ_TEST_FAIR"):
     register_fair()
 if os.environ.get("RELIABLEQ_TEST_CRON"):
     reliableq.handler("test.every_second", cron="* * * * * *")(every_second)
-if os.environ.get("RELIABLEQ_TEST_CRON3"):
-    reliableq.handler("test.every_3s", cron="*/3 * * * * *")(every_second)
 
 
 @reliableq.handler("wf.step", max_attempts=2, http=True)
