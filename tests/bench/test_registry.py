@@ -28,6 +28,7 @@ REPORT_ORDER = [
     "amplification",
     "pooler",
     "fleet",
+    "schedules",
 ]
 
 

@@ -194,8 +194,8 @@ def release_unacknowledged() -> object:
 
 
 def schedule() -> object:
-    """The scheduler's insert of a cron slot: the first worker creates the job, the next finds it."""
-    key = f"cron:demo.noop:{uuid.uuid4()}"
+    """The scheduler's insert of a slot's job: the first round creates the job, the next finds it."""
+    key = f"schedule:{uuid.uuid4()}:2030-01-01T00:00:00+00:00"
     services.submit(tables.KIND, {"scheduled_for": "soon"}, JobOptions(dedupe_key=key))
     return services.submit(tables.KIND, {"scheduled_for": "soon"}, JobOptions(dedupe_key=key))
 
