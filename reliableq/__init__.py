@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import Cancelled, InvalidJob, PermanentError, ReliableQError, Snooze, TransientError, UnknownKind
+from .errors import (
+    Cancelled,
+    InvalidJob,
+    PermanentError,
+    ReliableQError,
+    Snooze,
+    TransientError,
+    UnknownKind,
+    WaitTimeout,
+)
 from .options import JobOptions
 from .registry import handler
 
@@ -22,7 +31,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack
 
-    from .models import Job, Workflow
+    from .models import Event, Job, Workflow
     from .options import EnqueueOptions, ManyOptions
     from .schedules import ScheduleSpec
     from .workflows import WorkflowBuilder
@@ -36,11 +45,14 @@ __all__ = [
     "Snooze",
     "TransientError",
     "UnknownKind",
+    "WaitTimeout",
     "cancel_workflow",
+    "emit",
     "enqueue",
     "enqueue_many",
     "enqueue_on_commit",
     "handler",
+    "replay",
     "schedule",
     "workflow",
 ]
@@ -105,3 +117,19 @@ def schedule(
         name, cron=cron, kind=kind, payload=payload, timezone=timezone, catch_up=catch_up, overlap=overlap,
         queue=queue, priority=priority,
     )  # fmt: skip
+
+
+def emit(name: str, payload: dict[str, Any] | None = None) -> Event:
+    """Record the event `name` and wake the jobs waiting for it, in the caller's transaction; a second emit
+    of the name changes nothing and returns the first record (reliableq.events.emit)."""
+    from .events import emit as _emit
+
+    return _emit(name, payload)
+
+
+def replay(job_id: uuid.UUID | str, *, by: Any = None, restart: bool = False) -> Job:
+    """Send a DEAD job back to PENDING (the admin's and the API's replay): it resumes after its recorded
+    steps and checkpoints, or, with `restart`, forgets them first. Audited when `by` is a user."""
+    from .services import replay as _replay
+
+    return _replay(job_id, by=by, restart=restart)

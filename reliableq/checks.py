@@ -91,8 +91,8 @@ def check_retention(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 
 
 def retention_errors(retention: Any) -> list[checks.CheckMessage]:
-    """RETENTION_SECONDS maps finished statuses to a positive age in seconds, or None (keep forever)."""
-    finished = {str(s) for s in FINISHED}
+    """RETENTION_SECONDS maps finished statuses (and EVENT) to a positive age in seconds, or None (keep forever)."""
+    finished = {str(s) for s in FINISHED} | {"EVENT"}  # and emitted events (reliableq.emit)
     problems = []
     if not isinstance(retention, dict):
         problems.append(f"it is a {type(retention).__name__}, not a dict")

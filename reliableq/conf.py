@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length
     "XMIN_WARNING_SECONDS": 300.0,  # the dashboard warns when a snapshot older than this holds back vacuum
     # Finished jobs older than this (per status; None keeps them) are deleted by the maintenance leader.
-    "RETENTION_SECONDS": {"SUCCEEDED": 86400, "CANCELLED": 86400, "DEAD": 2592000},
+    "RETENTION_SECONDS": {"SUCCEEDED": 86400, "CANCELLED": 86400, "DEAD": 2592000, "EVENT": 2592000},
     "RETENTION_INTERVAL_SECONDS": 60.0,  # how often the leader deletes a batch of each status
     # The queues an HTTP submitter may name (POST /v1/jobs and the batch); ["*"] allows any well-formed name.
     "HTTP_QUEUES": ["default"],

@@ -85,3 +85,11 @@ class TooManyUnfinished(ReliableQError):
 
 class KeyConflict(ReliableQError):
     """An Idempotency-Key was used before with another body (the API answers 409)."""
+
+
+class WaitTimeout(ReliableQError):
+    """Raised in a handler by job.wait_for(name, timeout=...) when its event was not emitted in time."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"event {name!r} was not emitted before the wait's timeout")

@@ -173,6 +173,9 @@ class Job(models.Model):
     trace_context = models.JSONField(null=True, blank=True, editable=False)
     # What the running handler last said of its progress ({done, total, note, at}), via job.progress().
     progress = models.JSONField(null=True, blank=True, editable=False)
+    # The event a WAITING job waits for (job.wait_for): an emit of that name makes it PENDING; its
+    # run_at is then when the wait times out (9999-12-31: never). NULL for every other job.
+    waiting_for = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001  NULL: none
     # A workflow's member (member_name set) or callback (member_name NULL); NULL for a job alone.
     workflow = models.ForeignKey(
         Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs", db_index=False
@@ -223,6 +226,17 @@ class Job(models.Model):
                 fields=["queue", "kind", "priority", "fair_seq"],
                 condition=Q(status="PENDING", fair_seq__isnull=False, fair_key__isnull=True),
                 name="reliableq_job_fair_nokey",
+            ),
+            # An emit's wake-up: the jobs waiting for one event; and the waits that time out, by when.
+            models.Index(
+                fields=["waiting_for"],
+                condition=Q(status="WAITING", waiting_for__isnull=False),
+                name="reliableq_job_waiting_for",
+            ),
+            models.Index(
+                fields=["run_at"],
+                condition=Q(status="WAITING", waiting_for__isnull=False),
+                name="reliableq_job_wait_until",
             ),
             # Recovery: RUNNING rows whose lease ran out.
             models.Index(
@@ -363,6 +377,57 @@ class WorkflowCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.remaining} left of {self.target} (shard {self.shard})"
+
+
+class StepKind(models.TextChoices):
+    STEP = "STEP"  # job.step(): a function's recorded value, returned instead of calling it again
+    CHECKPOINT = "CHECKPOINT"  # job.checkpoint(): the last value saved under a name
+    SLEEP = "SLEEP"  # job.sleep(): {"until": when it ends, epoch seconds of the database's clock}
+    EVENT = "EVENT"  # job.wait_for(): {"until": its timeout} while it waits, {"payload": ...} once emitted
+
+
+class Step(models.Model):
+    """What a job recorded of its progress: a step's value, a checkpoint, a sleep, an event waited for.
+
+    Written by the attempt that holds the job's lease, fenced by its token, and committed before the
+    handler goes on; every later attempt of the job reads it back (job.step returns the value)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    name = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16, choices=StepKind.choices)
+    value = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField()  # the attempt that recorded it (last, for a checkpoint)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects = QueueManager["Step"]()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="reliableq_step_job_name")]
+
+    def __str__(self) -> str:
+        return f"{self.kind.lower()} {self.name} of {self.job_id}"
+
+
+class Event(models.Model):
+    """An event emitted by name (reliableq.emit, POST /v1/events/<name>): recorded once, it made every
+    job waiting for it PENDING in the transaction that emitted it."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255, unique=True)
+    payload = models.JSONField(null=True, blank=True)
+    emitted_at = models.DateTimeField(db_default=Now())
+    emitted_by = models.CharField(max_length=150, blank=True, default="", db_default="")  # a user's name, or ""
+
+    objects = QueueManager["Event"]()
+
+    class Meta:
+        indexes = [models.Index(fields=["emitted_at"], name="reliableq_event_emitted")]
+        permissions = [("emit_event", "Can emit events over HTTP")]
+
+    def __str__(self) -> str:
+        return f"event {self.name}"
 
 
 class WorkflowCascade(models.Model):

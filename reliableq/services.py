@@ -164,6 +164,7 @@ def submit(
         "cancel_requested_at": None,
         "trace_context": trace_context,
         "progress": None,
+        "waiting_for": None,
         "created_at": created_at,
         "updated_at": updated_at,
         "finished_at": None,
@@ -450,7 +451,7 @@ def _insert_many(
             "dedupe_scope": scope, "submitted_by": submitter,
             "concurrency_key": ckey, "fair_key": fair_key, "unique_key": None, "snoozes": 0,
             "cancel_requested_at": None,
-            "trace_context": trace_context, "progress": None,
+            "trace_context": trace_context, "progress": None, "waiting_for": None,
             "created_at": now, "updated_at": now, "finished_at": None, **_ALONE,
         }  # fmt: skip
         made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
@@ -486,6 +487,7 @@ def enqueue_many(kind: str, payloads: Iterable[dict[str, Any] | None], **options
 
 
 REPLAYED = "Replayed: back to PENDING with the same id and effect key."
+REPLAYED_FROM_THE_START = "Replayed from the start: its steps and checkpoints forgotten, back to PENDING."
 CANCELLED = "Cancelled."
 CANCEL_REQUESTED = "Cancel requested: the running handler is asked to stop."
 PAUSED = "Paused"
@@ -493,8 +495,9 @@ RESUMED = "Resumed."
 
 
 @db.retry_deadlocks
-def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
-    """Send a DEAD job back to PENDING: same id, same effect key, history kept, a fresh budget.
+def replay(job_id: uuid.UUID | str, *, by: Any = None, restart: bool = False) -> Job:
+    """Send a DEAD job back to PENDING: same id, same effect key, history kept, a fresh budget; its
+    recorded steps and checkpoints kept (it resumes after them), or forgotten first with `restart`.
 
     Attempt numbers keep counting across replays, so the budget grows by the kind's default
     instead of `attempts` going back to zero. With `by` (a user), the change is audited in the
@@ -509,11 +512,11 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             raise WrongStatus(
                 job, JobStatus.DEAD, f"Job {job.id} has unique_key {job.unique_key!r}; another job with it is active."
             )
-        operations.reopen(job.pk, max_attempts=job.attempts + budget)
+        operations.reopen(job.pk, max_attempts=job.attempts + budget, restart=restart)
         statements.notify(job.queue)
         job.refresh_from_db()
         if by is not None:
-            audit.record(by, job, REPLAYED)
+            audit.record(by, job, REPLAYED_FROM_THE_START if restart else REPLAYED)
     return job
 
 

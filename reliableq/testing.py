@@ -20,6 +20,7 @@ before Django is set up.)
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -56,7 +57,10 @@ def run_due(queues: Sequence[str] | None = None, *, limit: int = 100, lease_seco
     )
     ran = []
     for job in claimed:
-        result = executor.run_attempt(job)
+        if executor.handler_is_async(job.kind):  # awaited on an event loop of its own, as a worker would
+            result = asyncio.run(executor.run_attempt_async(job))
+        else:
+            result = executor.run_attempt(job)
         jobqueue.finish([result.finish])
         while jobqueue.cascade()[0]:  # what a worker's completer does next: the rest of a long cancel
             pass

@@ -357,3 +357,102 @@ def chaos_wf_member(job: ClaimedJob) -> dict[str, Any]:
         raise reliableq.PermanentError("this member dies in its first run")
     _chaos_roll(job)
     return {"upstream": sorted(job.upstream)}
+
+
+# Durable steps, sleep and events. Each step's function appends "<job id> <step> <attempt>" to the file
+# payload['log'] names, so a test (or the chaos driver) counts how often each ran across processes.
+
+
+def ran(job: ClaimedJob, what: str) -> str:
+    """A step's function: its run, logged (payload['log']), and payload['seconds'] of work."""
+    log = job.payload.get("log")
+    if log:
+        with open(log, "a") as file:
+            file.write(f"{job.id} {what} {job.attempt}\n")
+    if job.payload.get("seconds"):
+        time.sleep(float(job.payload["seconds"]))
+    return what
+
+
+@reliableq.handler("steps.three", max_attempts=10, keep_result=True, timeout=120)
+def three_steps(job: ClaimedJob) -> list[str]:
+    """Three steps; payload['fail_at'] names one that raises (transient) in the first attempt."""
+    done = []
+    for name in ("one", "two", "three"):
+        if job.payload.get("fail_at") == name and job.attempt == 1:
+            job.step(name, _fail_once, name)
+        done.append(job.step(name, ran, job, name))
+    return done
+
+
+def _fail_once(name: str) -> None:
+    raise reliableq.TransientError(f"step {name} failed in the first attempt")
+
+
+@reliableq.handler("steps.three_async", max_attempts=10, keep_result=True, timeout=120)
+async def three_steps_async(job: ClaimedJob) -> list[str]:
+    """The same, awaited: a sync function and an async one."""
+
+    async def later(what: str) -> str:
+        await asyncio.sleep(0)
+        return ran(job, what)
+
+    return [await job.step("one", ran, job, "one"), await job.step("two", later, "two"),
+            await job.step("three", ran, job, "three")]  # fmt: skip
+
+
+@reliableq.handler("steps.three_isolated", max_attempts=10, keep_result=True, timeout=120, isolation="process")
+def three_steps_isolated(job: ClaimedJob) -> list[str]:
+    """The same, in a child process."""
+    return [job.step(name, ran, job, name) for name in ("one", "two", "three")]
+
+
+@reliableq.handler("steps.loop", max_attempts=10, keep_result=True, timeout=300)
+def checkpointed_loop(job: ClaimedJob) -> int:
+    """payload['items'] items, payload['seconds'] each, a checkpoint after each one; returns where it resumed."""
+    start = job.checkpointed("next", default=0)
+    for n in range(start, int(job.payload["items"])):
+        ran(job, f"item-{n}")
+        job.checkpoint("next", n + 1)
+    return int(start)
+
+
+@reliableq.handler("steps.sleeper", max_attempts=3, keep_result=True, timeout=60)
+def sleeper(job: ClaimedJob) -> str:
+    """A step, a sleep of payload['sleep'] seconds, a step."""
+    job.step("before", ran, job, "before")
+    job.sleep("nap", float(job.payload.get("sleep", 1)))
+    return str(job.step("after", ran, job, "after"))
+
+
+@reliableq.handler("steps.sleeper_async", max_attempts=3, keep_result=True, timeout=60)
+async def sleeper_async(job: ClaimedJob) -> str:
+    await job.step("before", ran, job, "before")
+    await job.sleep("nap", float(job.payload.get("sleep", 1)))
+    return str(await job.step("after", ran, job, "after"))
+
+
+@reliableq.handler("steps.waiter", max_attempts=3, keep_result=True, timeout=60, http=True)
+def waiter(job: ClaimedJob) -> Any:
+    """Wait for the event payload['event'] (payload['timeout'] seconds, or none); return its payload, or
+    "timed out"."""
+    job.step("before", ran, job, "before")
+    try:
+        paid = job.wait_for(job.payload["event"], timeout=job.payload.get("timeout"))
+    except reliableq.WaitTimeout:
+        return "timed out"
+    ran(job, "after")
+    return paid
+
+
+@reliableq.handler("steps.waiter_async", max_attempts=3, keep_result=True, timeout=60)
+async def waiter_async(job: ClaimedJob) -> Any:
+    try:
+        return await job.wait_for(job.payload["event"], timeout=job.payload.get("timeout"))
+    except reliableq.WaitTimeout:
+        return "timed out"
+
+
+@reliableq.handler("steps.waiter_isolated", max_attempts=3, keep_result=True, timeout=60, isolation="process")
+def waiter_isolated(job: ClaimedJob) -> Any:
+    return job.wait_for(job.payload["event"], timeout=job.payload.get("timeout"))

@@ -3,15 +3,17 @@
 Every statement that changes `Job.status` is made here, by statement(): the claim (PENDING to
 RUNNING), every end (the finish, the rescue, the release of an unacknowledged claim, a cancel, a
 purge, a workflow's cancel, the rest of a cancel handed on), a replay's reopening (DEAD to
-PENDING). The caller gives what it changes as an UPDATE returning at least (id, status,
-workflow_id), named `moved`; the door adds what must happen with the change, in the same
-statement, so atomically with it:
+PENDING), an emit's or a timeout's wake of jobs waiting for an event (WAITING to PENDING). The
+caller gives what it changes as an UPDATE returning at least (id, status, workflow_id), named
+`moved`; the door adds what must happen with the change, in the same statement, so atomically with
+it:
 
 - an end (Change.ENDED) of workflow members counts them, releases what waited on them, cancels
   what they doomed (a bounded share, the rest handed on), ends their workflow and fires its
   callbacks (reliableq.queue.graph);
 - a reopening (Change.REOPENED) gives those counts back and starts a new run;
-- a start (Change.STARTED) needs nothing more.
+- a start (Change.STARTED), or a wake of a job that waited for an event (Change.WOKEN), needs nothing
+  more; a job parked to wait (job.wait_for) or to sleep is a finish that ends nothing.
 
 After the statement, run() (or followup(), for a caller that executes it its own way) does the one
 thing that needs a fresh snapshot: cancel_stuck(), when the statement says so. Each statement
@@ -36,6 +38,7 @@ MARK = "/* reliableq:"  # how every statement of the door begins
 
 class Change(enum.Enum):
     STARTED = "started"  # PENDING to RUNNING (a claim)
+    WOKEN = "woken"  # a job waiting for an event to PENDING (an emit, or its wait's timeout)
     ENDED = "ended"  # to SUCCEEDED, DEAD or CANCELLED; a retry or a snooze back to PENDING passes through
     REOPENED = "reopened"  # DEAD back to PENDING (a replay)
 
@@ -74,7 +77,7 @@ def statement(
 
 
 def _follows(change: Change, members: bool) -> str:
-    if change is Change.STARTED or not members:
+    if change in (Change.STARTED, Change.WOKEN) or not members:
         return ""
     statuses = ", ".join(_STATUSES[change])
     rows = f""",
@@ -115,7 +118,7 @@ _STUCK_SQL = f"""
          CROSS JOIN LATERAL (SELECT c.remaining, c.failed FROM {COUNT} c
                               WHERE c.target = e.target AND c.shard = -1 OFFSET 0) c
          CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND j.status = {S.WAITING}
-                                AND j.on_upstream_failure = {S.cancel} OFFSET 0) j
+                                AND j.waiting_for IS NULL AND j.on_upstream_failure = {S.cancel} OFFSET 0) j
          WHERE e.upstream = ANY(%s::uuid[]) AND c.remaining = 0 AND c.failed > 0
     ) s
 """
@@ -130,7 +133,7 @@ _CANCEL_STUCK_SQL = statement(
     "cancel_stuck",
     moved=f"""UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
                      last_error = '{graph.UPSTREAM_CANCELLED} members ended DEAD or CANCELLED before it could run'
-               WHERE j.id = ANY(%s::uuid[]) AND j.status = {S.WAITING}
+               WHERE j.id = ANY(%s::uuid[]) AND j.status = {S.WAITING} AND j.waiting_for IS NULL
            RETURNING j.id, j.status, j.workflow_id""",
     change=Change.ENDED,
     tail=f"SELECT id, {recheck()} FROM moved",

@@ -12,10 +12,11 @@ from typing import Any
 
 from .. import faults
 from ..conf import reliableq_settings
-from ..models import JobStatus, Outcome
+from ..models import JobStatus, Outcome, StepKind
 from . import db, door
+from .events import LOCK
 from .records import Finish, FinishResult
-from .sql import ATTEMPT, JOB, RETURN_VALUE, RUNNING_FENCE, S, attempts_of
+from .sql import ATTEMPT, EVENT, JOB, RETURN_VALUE, RUNNING_FENCE, STEP, S, attempts_of
 
 
 def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
@@ -167,26 +168,70 @@ def _store_returns(finishes: Sequence[Finish]) -> None:
         )
 
 
+# What a finish row becomes. A retry or a snooze (PENDING) of a job an operator asked to cancel ends
+# CANCELLED; so does a park (WAITING: job.wait_for). A park becomes WAITING only where it holds the
+# event's lock (v.locked, taken in a statement of its own before: reliableq.queue.events) and the event
+# is not there; else PENDING: at once (the event is there), or in a second (an emit held the lock).
+_PARKS = """
+               status = CASE WHEN v.status IN ({pending}, {waiting}) AND j.cancel_requested_at IS NOT NULL
+                             THEN {cancelled}
+                             WHEN v.status <> {waiting} THEN v.status
+                             WHEN v.locked AND NOT EXISTS (SELECT 1 FROM {event} e WHERE e.name = v.wait) THEN {waiting}
+                             ELSE {pending} END,
+               run_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN j.run_at
+                             WHEN v.status = {pending} THEN now() + make_interval(secs => v.delay)
+                             WHEN v.status <> {waiting} THEN j.run_at
+                             WHEN NOT v.locked THEN now() + interval '1 second'
+                             WHEN EXISTS (SELECT 1 FROM {event} e WHERE e.name = v.wait) THEN now()
+                             WHEN v.delay < 0 THEN {never}
+                             ELSE now() + make_interval(secs => v.delay) END,
+               waiting_for = CASE WHEN v.status = {waiting} AND j.cancel_requested_at IS NULL AND v.locked
+                                   AND NOT EXISTS (SELECT 1 FROM {event} e WHERE e.name = v.wait) THEN v.wait END,
+               finished_at = CASE WHEN v.status IN ({pending}, {waiting}) AND j.cancel_requested_at IS NULL
+                                  THEN NULL ELSE now() END,"""
+_PLAIN = """
+               status = CASE WHEN v.status = {pending} AND j.cancel_requested_at IS NOT NULL
+                             THEN {cancelled} ELSE v.status END,
+               run_at = CASE WHEN v.status = {pending} AND j.cancel_requested_at IS NULL
+                             THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
+               finished_at = CASE WHEN v.status = {pending} AND j.cancel_requested_at IS NULL
+                                  THEN NULL ELSE now() END,"""
+
+
 @functools.cache
-def _finish_sql(members: bool) -> str:
-    """The finish's statement, made once per shape (`members`: some of the jobs are a workflow's).
+def _finish_sql(members: bool, parks: bool = False) -> str:
+    """The finish's statement, made once per shape (`members`: some of the jobs are a workflow's;
+    `parks`: some wait for an event, and record their wait's timeout as the step of that name).
 
     Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     attempts could be planned as a scan of them for each row of `closing`."""
+    literals = {"pending": S.PENDING, "waiting": S.WAITING, "cancelled": S.CANCELLED, "event": EVENT, "never": NEVER}
+    sets = (_PARKS if parks else _PLAIN).format(**literals)
+    waits = ", r ->> 7 AS wait, (r ->> 8)::bool AS locked" if parks else ""
+    park_columns = ", j.waiting_for, v.delay, j.attempts" if parks else ""
+    # A park's wait, as a step: its timeout ({"until": epoch seconds}), kept by a later park of the same wait.
+    recorded = (
+        f""",
+    waits AS (
+        INSERT INTO {STEP} (job_id, name, kind, value, attempt, created_at, updated_at)
+        SELECT m.id, m.waiting_for, '{StepKind.EVENT}',
+               jsonb_build_object('until', CASE WHEN m.delay < 0 THEN NULL
+                                                ELSE extract(epoch FROM now()) + m.delay END), m.attempts, now(), now()
+          FROM moved m WHERE m.waiting_for IS NOT NULL
+        ON CONFLICT (job_id, name) DO NOTHING
+    )"""
+        if parks
+        else ""
+    )
     return door.statement(
         "finish" if members else "finish_jobs",
-        head="""v AS (
+        head=f"""v AS (
         SELECT (r ->> 0)::uuid AS id, (r ->> 1)::uuid AS token, r ->> 2 AS status, r ->> 3 AS outcome,
-               r ->> 4 AS error, (r ->> 5)::float8 AS delay, r ->> 6 AS traceback
+               r ->> 4 AS error, (r ->> 5)::float8 AS delay, r ->> 6 AS traceback{waits}
           FROM jsonb_array_elements(%s::jsonb) AS r
     ),""",
         moved=f"""UPDATE {JOB} j
-           SET status = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NOT NULL
-                             THEN {S.CANCELLED} ELSE v.status END,
-               run_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
-                             THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
-               finished_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
-                                  THEN NULL ELSE now() END,
+           SET {sets}
                max_attempts = j.max_attempts + CASE WHEN v.outcome = {S.SNOOZED}
                                                      AND j.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
                snoozes = j.snoozes + CASE WHEN v.outcome = {S.SNOOZED}
@@ -200,10 +245,10 @@ def _finish_sql(members: bool) -> str:
            AND j.id = v.id AND j.lease_token = v.token
      RETURNING j.id, v.token,
                CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END AS outcome,
-               v.error, v.traceback, j.status, j.workflow_id""",
+               v.error, v.traceback, j.status, j.workflow_id{park_columns}""",
         change=door.Change.ENDED,
         members=members,
-        tail=f""",
+        tail=f"""{recorded},
     closing AS MATERIALIZED (
         SELECT o.id, moved.outcome, moved.error, moved.traceback FROM moved CROSS JOIN LATERAL (
             SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = moved.id AND o.lease_token = moved.token
@@ -215,6 +260,18 @@ def _finish_sql(members: bool) -> str:
      WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
  RETURNING a.job_id, a.outcome, {door.recheck(members=members)}""",
     )
+
+
+# The run_at of a job that waits for an event with no timeout: the latest time Python can read back.
+NEVER = "'9999-12-31 00:00:00+00'::timestamptz"
+
+
+# Which of these events' locks this transaction holds now, taken without waiting (an emit in flight
+# holds its event's lock until its transaction ends: the park then looks again a second later).
+_PARK_LOCKS_SQL = f"""
+    SELECT name FROM unnest(%s::text[]) AS name
+     WHERE pg_try_advisory_xact_lock({LOCK.format(name="name")})
+"""
 
 
 def _by_job(finish: Finish) -> int:
@@ -232,9 +289,9 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
         return result
     # A member that did not succeed may cancel up to workflows.WALK dependents in its statement: the
     # other ends of the batch commit first, in a statement of their own, and never wait for that.
-    failing = [f for f in finishes if f.workflow and f.status != JobStatus.SUCCEEDED]
+    failing = [f for f in finishes if f.workflow and f.status not in (JobStatus.SUCCEEDED, JobStatus.WAITING)]
     if failing and len(failing) < len(finishes):
-        first = finish([f for f in finishes if not (f.workflow and f.status != JobStatus.SUCCEEDED)])
+        first = finish([f for f in finishes if f not in failing])
         then = finish(failing)
         return FinishResult(
             finalized=first.finalized + then.finalized,
@@ -244,19 +301,25 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     # The rows as one JSON text: psycopg dumps a list parameter element by element in Python, seven
     # lists of a batch's ends cost more than the job's own work; json.dumps is one call in C. Sorted
     # by job id, the order in which a plan scanning their index meets them.
-    rows_json = json.dumps(
-        [
-            [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
-            for f in sorted(finishes, key=_by_job)
-        ]
-    )
+    parks = sorted({f.waiting_for for f in finishes if f.waiting_for is not None})
     # One statement is atomic on its own: in autocommit it costs one round trip, not three (BEGIN,
     # the statement, COMMIT). A transaction only where more must commit with it: kept return values
-    # (fenced by the same statement), or the crash point between the write and its commit.
+    # (fenced by the same statement), the locks of parks, or the crash point between the write and
+    # its commit.
     members = any(f.workflow for f in finishes)
-    together = members or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
+    together = (
+        members or bool(parks) or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
+    )
     with db.atomic() if together else contextlib.nullcontext():
-        rows = door.followup(db.fetch(_finish_sql(members), [rows_json]))
+        locked: set[str] = set(row[0] for row in db.fetch(_PARK_LOCKS_SQL, [parks])) if parks else set()
+        rows_json = json.dumps(
+            [
+                [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
+                + ([f.waiting_for, f.waiting_for in locked] if parks else [])
+                for f in sorted(finishes, key=_by_job)
+            ]
+        )
+        rows = door.followup(db.fetch(_finish_sql(members, bool(parks)), [rows_json]))
         result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):

@@ -153,7 +153,7 @@ def ended(rows: str | None) -> str:
     holds its key while it may wait for a count this statement has locked."""
     none = "SELECT NULL::uuid AS id, NULL::text AS status, NULL::uuid AS workflow_id WHERE false"
     doomed_step = (
-        f"j.status = {S.WAITING} AND j.on_upstream_failure = {S.cancel}"
+        f"j.status = {S.WAITING} AND j.waiting_for IS NULL AND j.on_upstream_failure = {S.cancel}"
         " AND NOT ((SELECT m FROM wf_src_map) ? j.id::text)"
     )
     # Scalar subqueries and LATERAL probes by key, never EXISTS: a planner that pulls an EXISTS up into
@@ -163,7 +163,7 @@ def ended(rows: str | None) -> str:
         src, start = none, none
         seeds = f"""SELECT j.id, j.status, j.workflow_id FROM {JOB} j
                      WHERE j.id = ANY(ARRAY(SELECT member FROM wf_picked)) AND j.status = {S.WAITING}
-                       AND j.on_upstream_failure = {S.cancel}
+                       AND j.waiting_for IS NULL AND j.on_upstream_failure = {S.cancel}
                        AND (SELECT true FROM {EDGE} e WHERE e.target = j.id AND {ended_upstream} LIMIT 1)"""
         picked = "AND NOT ((SELECT m FROM wf_picked_map) ? e.target::text)"
         picked_map = f"""
@@ -230,6 +230,7 @@ wf_zero_map AS MATERIALIZED {_map("wf_zero", "target::text", "failed")},
 wf_release AS MATERIALIZED (
     SELECT j.id, j.queue, j.kind, j.priority, j.fair_key, j.fair_seq AS stride FROM {JOB} j
      WHERE j.id = ANY(ARRAY(SELECT target FROM wf_zero WHERE target <> workflow)) AND j.status = {S.WAITING}
+       AND j.waiting_for IS NULL
        AND NOT ((SELECT m FROM wf_opened_map) ? j.id::text)
        AND (j.on_upstream_failure = {S.run} OR ((SELECT m FROM wf_zero_map) ->> j.id::text)::int = 0)
 ),{turns("wf_release")},

@@ -17,7 +17,7 @@ from .. import rules
 from ..conf import reliableq_settings
 from ..models import FINISHED, Attempt, BatchKey, QueueState, ReturnValue
 from . import db, door, planguard
-from .sql import COUNT, EDGE, JOB, WORKFLOW, S
+from .sql import COUNT, EDGE, EVENT, JOB, STEP, WORKFLOW, S
 
 ATTEMPT = Attempt._meta.db_table
 RETURN_VALUE = ReturnValue._meta.db_table
@@ -130,6 +130,9 @@ def delete_batches(
                     gone_returns AS (
                         DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
                     ),
+                    gone_steps AS (
+                        DELETE FROM {STEP} s WHERE s.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    ),
                     gone_batch_keys AS (
                         DELETE FROM {BATCH_KEY} b WHERE b.job_id = ANY(ARRAY(SELECT id FROM batch))
                     )
@@ -196,6 +199,26 @@ def purge(
             return total
 
 
+EVENTS = "EVENT"  # RETENTION_SECONDS' key for emitted events
+DEFAULT_EVENT_SECONDS = 30 * 86400
+
+
+def prune_events(seconds: float | None, *, limit: int = 1000) -> int:
+    """Delete events emitted more than `seconds` ago (None: keep them), a batch; return how many.
+
+    A job that waits for an event pruned meanwhile waits for a new emit of its name."""
+    if seconds is None:
+        return 0
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""DELETE FROM {EVENT} WHERE id = ANY(ARRAY(
+                    SELECT id FROM {EVENT} WHERE emitted_at < now() - make_interval(secs => %s)
+                     ORDER BY emitted_at LIMIT %s))""",
+            [float(seconds), limit],
+        )
+        return int(cursor.rowcount)
+
+
 RETENTION_BATCH = 1000  # rows per retention transaction
 RETENTION_BUDGET_SECONDS = 0.25  # the most one retention round spends deleting
 
@@ -222,7 +245,11 @@ def retain(budget_seconds: float = RETENTION_BUDGET_SECONDS) -> Retained:
 
     workers.prune()
     prune_workflows()
-    for status, seconds in dict(reliableq_settings.RETENTION_SECONDS).items():
+    retention = dict(reliableq_settings.RETENTION_SECONDS)
+    events = prune_events(retention.pop(EVENTS, DEFAULT_EVENT_SECONDS))
+    if events:
+        deleted[EVENTS] = events
+    for status, seconds in retention.items():
         if seconds is None:
             continue  # kept forever
         deleted[status] = 0

@@ -14,6 +14,7 @@ from django.db.models.expressions import RawSQL
 
 from ..models import (
     Attempt,
+    Event,
     Job,
     JobStatus,
     OnUpstreamFailure,
@@ -21,6 +22,7 @@ from ..models import (
     QueueState,
     RateWindow,
     ReturnValue,
+    Step,
     Workflow,
     WorkflowCascade,
     WorkflowCount,
@@ -72,6 +74,12 @@ COUNT = WorkflowCount._meta.db_table
 
 
 CASCADE_TABLE = WorkflowCascade._meta.db_table
+
+
+STEP = Step._meta.db_table
+
+
+EVENT = Event._meta.db_table
 
 
 DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read

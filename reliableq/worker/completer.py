@@ -195,7 +195,7 @@ class Completer:
 def hands_on(batch: list[tuple[Finish, bool]]) -> bool:
     """Whether a batch's ends may have handed a workflow's cancel on: a member that ended and did not
     succeed (a retry is not an end; a cancel request may turn one into a CANCELLED end)."""
-    return any(f.workflow and f.status != JobStatus.SUCCEEDED for f, _ in batch)
+    return any(f.workflow and f.status not in (JobStatus.SUCCEEDED, JobStatus.WAITING) for f, _ in batch)
 
 
 def fields(job_id: Any, kind: Any, attempt: Any, token: Any, **more: Any) -> dict[str, Any]:

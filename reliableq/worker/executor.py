@@ -15,6 +15,7 @@ from ..errors import Cancelled, PermanentError, Snooze
 from ..models import JobStatus, Outcome
 from ..queue import ClaimedJob, Finish
 from ..queue.makers import maker
+from ..queue.records import Suspend
 from ..sanitize import clean
 from ..sanitize import describe as describe  # re-exported for the child process
 from ..sanitize import traceback_of as traceback_of
@@ -115,6 +116,8 @@ def run_attempt(job: ClaimedJob) -> Result:
                 _refuse_awaitable(job, value)
         except Exception as exc:
             return Result(finish=failed(job, exc), seconds=time.monotonic() - started)
+        except Suspend as pause:
+            return Result(finish=suspended(job, pause), seconds=time.monotonic() - started)
         return succeeded(job, handler, value, started)
     with tracing.processing(job) as span:
         try:
@@ -123,6 +126,8 @@ def run_attempt(job: ClaimedJob) -> Result:
                 _refuse_awaitable(job, value)
         except Exception as exc:
             return _failed_in(span, job, exc, started)
+        except Suspend as pause:
+            return _suspended_in(span, job, pause, started)
         return _succeeded_in(span, job, handler, value, started)
 
 
@@ -146,11 +151,14 @@ async def run_attempt_async(job: ClaimedJob) -> Result:
     except registry.UnknownKind as exc:
         return unknown_kind(job, exc)
     _started(job)
+    object.__setattr__(job, "_async", True)  # its step, sleep and wait_for are awaited
     with tracing.processing(job) as span:
         try:
             value = await handler.func(job)
         except Exception as exc:
             return _failed_in(span, job, exc, started)
+        except Suspend as pause:
+            return _suspended_in(span, job, pause, started)
         return _succeeded_in(span, job, handler, value, started)
 
 
@@ -158,6 +166,38 @@ def _failed_in(span: Any, job: ClaimedJob, exc: Exception, started: float) -> Re
     finish = failed(job, exc)
     tracing.ended(span, finish.outcome, exc)
     return Result(finish=finish, seconds=time.monotonic() - started)
+
+
+def _suspended_in(span: Any, job: ClaimedJob, pause: Suspend, started: float) -> Result:
+    finish = suspended(job, pause)
+    tracing.ended(span, finish.outcome)
+    return Result(finish=finish, seconds=time.monotonic() - started)
+
+
+def suspended(job: ClaimedJob, pause: Suspend) -> Finish:
+    """The handler slept (job.sleep) or waits for an event (job.wait_for): the attempt ends SNOOZED and
+    gives its attempt back; the job is PENDING again after the sleep, or WAITING for the event. Unlike a
+    Snooze, it does not count toward MAX_SNOOZES: a long job may sleep and wait many times."""
+    if pause.waiting_for is not None:
+        return Finish(
+            job_id=job.id,
+            lease_token=job.lease_token,
+            status=JobStatus.WAITING,
+            outcome=Outcome.SNOOZED,
+            error=f"waiting for event {pause.waiting_for!r}",
+            delay=pause.seconds,
+            workflow=job.workflow_id is not None,
+            waiting_for=pause.waiting_for,
+        )
+    return Finish(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        status=JobStatus.PENDING,
+        outcome=Outcome.SNOOZED,
+        error=f"sleeping for {pause.seconds:g}s",
+        delay=pause.seconds,
+        workflow=job.workflow_id is not None,
+    )
 
 
 def _succeeded_in(span: Any, job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:

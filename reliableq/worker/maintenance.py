@@ -1,5 +1,5 @@
-"""The fleet's maintenance, done by one elected worker: rescue of expired leases, the rest of long
-workflow cancels, schedules' slots, retention.
+"""The fleet's maintenance, done by one elected worker: rescue of expired leases, waits for events
+that timed out, the rest of long workflow cancels, schedules' slots, retention.
 
 Every worker runs this service; one of them holds the `maintenance` lease (reliableq.queue.leadership)
 and does the duties, the others only try now and then to take the lease over. The holder renews
@@ -82,6 +82,7 @@ class Maintenance:
         if self._due("rescue", now):
             self._store.guard_claims(self._queues)
             self._store.rescue()
+            self._store.wake_timeouts()
             # A cancel handed on and not taken up (its worker died): this worker's completer takes it
             # up, off this thread, which claims.
             if self._store.handed_on(older_than=self._intervals["rescue"]):

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .. import floors, registry, scheduler, schedules, services
 from .. import queue as jobqueue
-from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, workers, workflows
+from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, events, leadership, workers, workflows
 from ..registry import Limits
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
@@ -70,6 +70,9 @@ class Store(Protocol):
 
     def handed_on(self, *, older_than: float) -> bool:
         """Whether a cancel handed on more than `older_than` seconds ago waits still (nobody took it up)."""
+
+    def wake_timeouts(self) -> int:
+        """Make PENDING the jobs whose wait for an event timed out; how many."""
 
     def retain(self) -> services.Retained: ...
 
@@ -158,6 +161,9 @@ class DatabaseStore:
 
     def handed_on(self, *, older_than: float) -> bool:
         return workflows.handed_on(older_than=older_than)
+
+    def wake_timeouts(self) -> int:
+        return events.wake_timeouts()
 
     def retain(self) -> services.Retained:
         return services.retain()

@@ -45,6 +45,10 @@ class Store:
         self.calls["rescue"] += 1
         return []
 
+    def wake_timeouts(self) -> int:
+        self.calls["wake"] += 1
+        return 0
+
     def handed_on(self, *, older_than: float) -> bool:
         self.calls["handed_on"] += 1
         return False
@@ -82,7 +86,7 @@ def test_of_many_workers_only_the_leader_rescues_cascades_schedules_and_retains(
             svc.tick(float(second))
     assert [s.leading for s in services].count(True) == 1
     leader = stores[0]
-    assert leader.calls == Counter(rescue=10, guard=10, handed_on=10, schedule=2, retain=1)
+    assert leader.calls == Counter(rescue=10, guard=10, handed_on=10, wake=10, schedule=2, retain=1)
     assert all(not s.calls for s in stores[1:]), "the other 49 sent no maintenance statement"
     assert [s.synced for s in stores] == [1] * 50, "each wrote the code's schedules once, at its start"
 
@@ -96,7 +100,7 @@ def test_after_the_leader_resigns_another_worker_takes_the_duties_and_does_each_
     first.resign()
     second.tick(1.0)  # its next try for the lease is due (every lease/3 = 1 s)
     assert second.leading and not first.leading
-    assert b.calls == Counter(rescue=1, guard=1, handed_on=1, schedule=1, retain=1)
+    assert b.calls == Counter(rescue=1, guard=1, handed_on=1, wake=1, schedule=1, retain=1)
 
 
 def test_while_old_rows_are_left_retention_goes_on_at_every_tick():

@@ -165,6 +165,9 @@ class FakeStore:
     def cascade(self) -> int:
         return 0
 
+    def wake_timeouts(self) -> int:
+        return 0
+
     def handed_on(self, *, older_than: float) -> bool:
         return False
 
