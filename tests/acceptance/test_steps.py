@@ -13,7 +13,7 @@ import pytest
 from django.db import transaction
 
 import reliableq
-from reliableq.models import Attempt, Job, JobStatus, Outcome, Step
+from reliableq.models import Attempt, JobStatus, Outcome, Step
 from tests.support import wait_until
 
 from .helpers import is_status, job
