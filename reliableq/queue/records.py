@@ -194,10 +194,7 @@ class ClaimedJob:
 
     def checkpoint(self, name: str, value: Any) -> Any:
         """Record `value` under `name`, replacing the last one, committed and fenced by the lease."""
-        if self._async:
-            return _off_loop(self._checkpoint, name, value)
-        self._checkpoint(name, value)
-        return None
+        return self._now_or_awaited(self._checkpoint, name, value)
 
     def _checkpoint(self, name: str, value: Any) -> None:
         name = _named(name, "A checkpoint")
@@ -209,9 +206,7 @@ class ClaimedJob:
 
     def checkpointed(self, name: str, default: Any = None) -> Any:
         """The last value recorded under `name` by any attempt of this job (job.checkpoint), or `default`."""
-        if self._async:
-            return _off_loop(self._checkpointed, name, default)
-        return self._checkpointed(name, default)
+        return self._now_or_awaited(self._checkpointed, name, default)
 
     def _checkpointed(self, name: str, default: Any) -> Any:
         found = self._records().found.get(_named(name, "A checkpoint"))
@@ -220,10 +215,7 @@ class ClaimedJob:
     def sleep(self, name: str, seconds: float) -> Any:
         """The first time: end this attempt (no attempt spent, no slot held) and run the job again
         `seconds` from now; when it runs again, return at once."""
-        if self._async:
-            return _off_loop(self._sleep, name, seconds)
-        self._sleep(name, seconds)
-        return None
+        return self._now_or_awaited(self._sleep, name, seconds)
 
     def _sleep(self, name: str, seconds: float) -> None:
         name = _named(name, "A sleep")
@@ -241,9 +233,7 @@ class ClaimedJob:
         """The payload of the event `name` if it was emitted; else end this attempt (no attempt spent,
         no slot held) and wait, WAITING, until it is emitted or `timeout` seconds pass: the job then
         runs again, and this returns the payload or raises reliableq.WaitTimeout."""
-        if self._async:
-            return _off_loop(self._wait_for, name, timeout)
-        return self._wait_for(name, timeout)
+        return self._now_or_awaited(self._wait_for, name, timeout)
 
     def _wait_for(self, name: str, timeout: float | None) -> Any:
         name = _named(name, "An event")
@@ -264,6 +254,10 @@ class ClaimedJob:
                 raise WaitTimeout(name)
             raise Suspend(seconds=-1.0 if until is None else float(until) - now, waiting_for=name)
         raise Suspend(seconds=-1.0 if timeout is None else timeout, waiting_for=name)
+
+    def _now_or_awaited(self, method: Callable[..., Any], *args: Any) -> Any:
+        """`method(*args)` now; for an `async def` handler, an awaitable that runs it off the event loop."""
+        return _off_loop(method, *args) if self._async else method(*args)
 
     def _records(self) -> _Recorded:
         """What this job recorded, read once per attempt."""

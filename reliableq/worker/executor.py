@@ -178,25 +178,16 @@ def suspended(job: ClaimedJob, pause: Suspend) -> Finish:
     """The handler slept (job.sleep) or waits for an event (job.wait_for): the attempt ends SNOOZED and
     gives its attempt back; the job is PENDING again after the sleep, or WAITING for the event. Unlike a
     Snooze, it does not count toward MAX_SNOOZES: a long job may sleep and wait many times."""
-    if pause.waiting_for is not None:
-        return Finish(
-            job_id=job.id,
-            lease_token=job.lease_token,
-            status=JobStatus.WAITING,
-            outcome=Outcome.SNOOZED,
-            error=f"waiting for event {pause.waiting_for!r}",
-            delay=pause.seconds,
-            workflow=job.workflow_id is not None,
-            waiting_for=pause.waiting_for,
-        )
+    waits = pause.waiting_for is not None
     return Finish(
         job_id=job.id,
         lease_token=job.lease_token,
-        status=JobStatus.PENDING,
+        status=JobStatus.WAITING if waits else JobStatus.PENDING,
         outcome=Outcome.SNOOZED,
-        error=f"sleeping for {pause.seconds:g}s",
+        error=f"waiting for event {pause.waiting_for!r}" if waits else f"sleeping for {pause.seconds:g}s",
         delay=pause.seconds,
         workflow=job.workflow_id is not None,
+        waiting_for=pause.waiting_for,
     )
 
 
