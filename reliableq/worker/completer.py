@@ -42,10 +42,11 @@ class Writer(threading.Thread):
     ledger.
     """
 
-    def __init__(self, store: Store, post: Callable[[Written], None]) -> None:
+    def __init__(self, store: Store, post: Callable[[Written], None], stale: Callable[[], bool] | None = None) -> None:
         super().__init__(name="reliableq-completer", daemon=True)
         self._store = store
         self._post = post
+        self._stale = stale  # True once an outage began since the last batch: reconnect first
         self._batches: queue.SimpleQueue[list[tuple[Finish, bool]] | None] = queue.SimpleQueue()
 
     def write(self, batch: list[tuple[Finish, bool]]) -> None:
@@ -57,6 +58,8 @@ class Writer(threading.Thread):
             if batch is None:
                 self._store.reset()
                 return
+            if self._stale is not None and self._stale():
+                self._store.reset()
             try:
                 written = Written(batch, self._store.finish([f for f, _ in batch]))
             except (DatabaseError, InterfaceError) as exc:

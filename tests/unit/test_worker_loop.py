@@ -177,6 +177,9 @@ class FakeStore:
     def reset(self) -> None:
         pass
 
+    def connected(self) -> bool:
+        return True
+
 
 def start(store: FakeStore, **config: Any) -> tuple[Worker, threading.Thread, dict[str, int]]:
     options = {"concurrency": 3, "poll_seconds": 0.02, "listen": False, "lease_seconds": 30, "grace_seconds": 5}
