@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testproject import processes
+from testproject import dburl, processes
 from tests.chaos.invariants import Report, check
 
 from .pair import Pair
@@ -143,6 +143,7 @@ class FailoverRun:
         self.rng = random.Random(0)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.api: subprocess.Popen[bytes] | None = None
+        self.read_only_api: subprocess.Popen[bytes] | None = None
         self.enqueuer: subprocess.Popen[bytes] | None = None
         self.failovers: list[Failover] = []
         self.http_acks: list[tuple[dt.datetime, str]] = []
@@ -203,7 +204,43 @@ class FailoverRun:
         self._files.append(handle)
         return handle
 
-    def start(self) -> None:
+    def standby_url(self, name: str) -> str:
+        """A URL to the standby alone, with no target_session_attrs: a client that reached a read-only
+        server (a DNS name not yet moved), and that finds it read-write once it is promoted."""
+        node = self.pair.standby
+        return dburl.build({"NAME": "postgres", "USER": "postgres", "HOST": "127.0.0.1", "PORT": str(node.port),
+                            "OPTIONS": {"application_name": f"rq-failover-{name}"}})  # fmt: skip
+
+    def start_read_only_clients(self) -> None:
+        """A worker (r1) and an API server on the standby alone, before the failover promotes it."""
+        port = processes.free_port()
+        self.read_only_url = f"http://127.0.0.1:{port}"
+        env = {**self.env("api-ro"), "DATABASE_URL": self.standby_url("api-ro")}
+        self.read_only_api = subprocess.Popen(
+            processes.api_argv(port, workers=1, threads=4), cwd=ROOT, env=env, stdout=self._log("api-ro"),
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        env = {**self.env("r1"), "DATABASE_URL": self.standby_url("r1")}
+        self.workers["r1"] = processes.start_worker(
+            ["--concurrency", str(CONCURRENCY), "--worker-id", "r1", "--grace-seconds", "2",
+             "--health-file", str(self.log_dir / "r1.alive")],
+            env=env,
+            log=self._log("r1"),
+        )  # fmt: skip
+        processes.wait_http(f"{self.read_only_url}/v1/schema", process=self.read_only_api)
+
+    def ask_read_only(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
+        """A request to the API server that started on the standby: (status, headers, body)."""
+        headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json"}
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.read_only_url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, dict(response.headers), json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), json.loads(exc.read() or b"null")
+
+    def start(self, *, read_only_clients: bool = False) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / "access.log").unlink(missing_ok=True)  # gunicorn appends
         port = processes.free_port()
@@ -230,6 +267,8 @@ class FailoverRun:
             stdout=self._log("enqueuer"),
             stderr=subprocess.STDOUT,
         )
+        if read_only_clients:
+            self.start_read_only_clients()
         self._load = threading.Thread(target=self._submit_over_http, name="failover-http-load", daemon=True)
         self._load.start()
         self._wait_for_load()
@@ -238,8 +277,9 @@ class FailoverRun:
         """Until every worker has started and has finished jobs of the load: the fault must meet work."""
         deadline = time.monotonic() + timeout
         while True:
-            logs = [(self.log_dir / f"{name}.log").read_text(errors="replace") for name in self.workers]
-            if all(FINISHED.search(log) for log in logs):
+            logs = {name: (self.log_dir / f"{name}.log").read_text(errors="replace") for name in self.workers}
+            if all(FINISHED.search(log) if name != "r1" else "database is unavailable" in log
+                   for name, log in logs.items()):  # fmt: skip
                 return
             for name, process in self.workers.items():
                 if process.poll() is not None:
@@ -369,8 +409,9 @@ class FailoverRun:
         try:
             outcome.drain_seconds = self.settle(acked, settle_seconds)
             outcome.exited = [name for name, p in self.workers.items() if p.poll() is not None]
-            if self.api is not None and self.api.poll() is not None:
-                outcome.exited.append("api")
+            for name, api in (("api", self.api), ("api-ro", self.read_only_api)):
+                if api is not None and api.poll() is not None:
+                    outcome.exited.append(name)
         finally:
             self.shutdown()
         outcome.logs = {name: (self.log_dir / f"{name}.log").read_text(errors="replace") for name in self.workers}
@@ -412,7 +453,7 @@ class FailoverRun:
 
     def shutdown(self) -> None:
         self._stop_load.set()
-        for process in [*self.workers.values(), self.api, self.enqueuer]:
+        for process in [*self.workers.values(), self.api, self.read_only_api, self.enqueuer]:
             if process is not None:
                 processes.stop(process)
         for handle in self._files:

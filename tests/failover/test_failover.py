@@ -20,7 +20,7 @@ import pytest
 from tests.support import wait_until
 
 from .pair import Pair
-from .runner import DATA_DIR, FailoverRun, Outcome
+from .runner import DATA_DIR, FailoverRun, Outcome, utcnow
 
 pytestmark = [pytest.mark.slow, pytest.mark.failover]
 
@@ -36,22 +36,49 @@ def pair() -> Pair:
     pair.stop()
 
 
-def fail_over_under_load(pair: Pair, log_dir: Path, *, synchronous: bool) -> Outcome:
+def fail_over_under_load(pair: Pair, log_dir: Path, *, synchronous: bool, read_only: bool = False) -> Outcome:
+    """With `read_only`, a worker (r1) and an API server also start on the standby alone, as clients of a
+    DNS name that has not moved yet would: it is read-only until the promote."""
     pair.ensure_standby(synchronous=synchronous)
     run = FailoverRun(pair, lease_seconds=LEASE_SECONDS, log_dir=log_dir)
     try:
-        run.start()  # returns once both workers have finished jobs of the load
+        run.start(read_only_clients=read_only)  # returns once the workers have finished jobs of the load
+        if read_only:
+            assert_read_only_is_not_yet(run)
         failover = run.fail_over(gap=GAP)
         wait_until(
             lambda: sum(at > failover.promoted_at for at, _ in run.http_acks) >= AFTER,
             timeout=90,
             what=f"{AFTER} submissions acknowledged after the promote",
         )
+        if read_only:
+            assert_promoted_is_read_write(run)
         outcome = run.finish(settle_seconds=120)
     finally:
         run.shutdown()
     print(outcome.summary())
     return outcome
+
+
+def assert_read_only_is_not_yet(run: FailoverRun) -> None:
+    """On a standby the API says 503, never 500: not ready, and a submission refused with Retry-After."""
+    status, _, body = run.ask_read_only("GET", "/v1/ready")
+    assert (status, "read-only" in body["detail"]) == (503, True), body
+    status, headers, body = run.ask_read_only("POST", "/v1/jobs", {"kind": "demo.noop", "payload": {}})
+    assert (status, headers.get("Retry-After")) == (503, "2"), body
+
+
+def assert_promoted_is_read_write(run: FailoverRun) -> None:
+    """Once its server is promoted, the API that started on the standby serves, with no restart."""
+
+    def submitted() -> bool:
+        status, _, body = run.ask_read_only("POST", "/v1/jobs", {"kind": "demo.noop", "payload": {}})
+        if status == 202:
+            run.http_acks.append((utcnow(), body["id"]))
+        return status == 202
+
+    wait_until(submitted, timeout=30, what="a 202 from the API that started on the standby")
+    assert run.ask_read_only("GET", "/v1/ready")[0] == 200
 
 
 def assert_the_queue_rode_it_out(outcome: Outcome) -> None:
@@ -73,7 +100,8 @@ def assert_the_queue_rode_it_out(outcome: Outcome) -> None:
 
 
 def test_with_a_synchronous_standby_no_acknowledged_job_charge_or_finish_is_lost(pair: Pair, tmp_path: Path) -> None:
-    outcome = fail_over_under_load(pair, tmp_path, synchronous=True)
+    outcome = fail_over_under_load(pair, tmp_path, synchronous=True, read_only=True)
+    assert "r1" in outcome.logs, "the worker on the read-only standby did not run"
     assert_the_queue_rode_it_out(outcome)
     assert outcome.acked_jobs and outcome.acked_charges and outcome.acked_finishes
     assert outcome.missing_jobs == [], "acknowledged jobs missing on the new primary"
