@@ -24,12 +24,17 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=LONG.concurrency, help="slots per worker")
     parser.add_argument("--workflows", type=int, default=LONG.workflows, help="workflows per seed")
     parser.add_argument(
+        "--failovers", type=int, default=LONG.failovers, help="failovers per seed (none through PgBouncer)"
+    )
+    parser.add_argument(
         "--pool-size", type=int, default=None, help="through PgBouncer (transaction mode) with this pool size"
     )
     parser.add_argument("--log-dir", type=Path, default=Path(".pgdata/chaos-logs"))
     args = parser.parse_args()
     if args.seeds < 1 or args.jobs < 1 or args.workers < 1:
         parser.error("--seeds, --jobs and --workers must be at least 1")
+    if args.failovers < 0 or (args.failovers and args.pool_size):
+        parser.error("--failovers must be 0 or more, and 0 with --pool-size (PgBouncer is given one server)")
     profile = Profile(
         seeds=args.seeds,
         jobs=args.jobs,
@@ -38,6 +43,7 @@ def main() -> int:
         concurrency=args.concurrency,
         pool_size=args.pool_size,
         workflows=args.workflows,
+        failovers=0 if args.pool_size else args.failovers,
     )
     args.log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

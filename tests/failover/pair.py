@@ -114,6 +114,11 @@ class Node:
     def promote(self) -> None:
         _run([_bin("pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "60", "promote"])
 
+    def restart(self) -> None:
+        """A fast restart in place: open transactions roll back, clients are cut off."""
+        _run([_bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log), "-w", "-t", "60", "-m", "fast",
+              "restart"])  # fmt: skip
+
     def in_recovery(self) -> bool:
         with self.connect() as conn:
             return bool(conn.execute("SELECT pg_is_in_recovery()").fetchone()[0])  # type: ignore[index]
@@ -180,18 +185,22 @@ class Pair:
         self._set_synchronous(node if self.synchronous else None)
 
     def _set_synchronous(self, standby: Node | None) -> None:
+        """Make the standby synchronous (or not), and wait until it has flushed every commit so far:
+        from then on, in synchronous mode, a commit that returned is on both nodes."""
         names = f"FIRST 1 ({standby.name})" if standby is not None else ""
         with self.primary.connect() as conn:
             conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
             conn.execute("SELECT pg_reload_conf()")
-            if standby is None:
-                return
+            (written,) = conn.execute("SELECT pg_current_wal_lsn()").fetchone()  # type: ignore[misc]
+            wanted = "sync" if standby is not None else "async"
             deadline = time.monotonic() + 30
             while conn.execute(
-                "SELECT 1 FROM pg_stat_replication WHERE application_name = %s AND sync_state = 'sync'", [standby.name]
+                "SELECT 1 FROM pg_stat_replication WHERE application_name = %s AND sync_state = %s"
+                " AND flush_lsn >= %s::pg_lsn",
+                [self.standby.name, wanted, written],
             ).fetchone() is None:  # fmt: skip
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{standby.name} did not become a synchronous standby within 30s")
+                    raise RuntimeError(f"{self.standby.name} did not become {wanted} and catch up within 30s")
                 time.sleep(0.05)
 
     def _streaming(self, node: Node) -> bool:

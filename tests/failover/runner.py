@@ -82,6 +82,12 @@ class Failover:
     marked: dict[str, str] = field(default_factory=dict)  # worker -> what its health file said during the gap
     first_claim_at: dt.datetime | None = None
     first_http_ack_at: dt.datetime | None = None
+    in_flight: int = 0  # jobs running when the primary crashed
+    in_flight_done_at: dt.datetime | None = None  # when the last of them finished
+    expired: int = 0  # their attempts that ended LEASE_EXPIRED or LEASE_LOST: the jobs ran again
+
+    def since_promote(self, at: dt.datetime | None) -> float | None:
+        return None if at is None else (at - self.promoted_at).total_seconds()
 
     @property
     def resume_seconds(self) -> float | None:
@@ -445,6 +451,13 @@ class FailoverRun:
             for failover in self.failovers:
                 (failover.first_claim_at,) = conn.execute(
                     "SELECT min(started_at) FROM reliableq_attempt WHERE started_at > %s", [failover.promoted_at]
+                ).fetchone()  # type: ignore[misc]
+                failover.in_flight, failover.in_flight_done_at, failover.expired = conn.execute(
+                    "SELECT count(DISTINCT j.id), max(j.finished_at),"
+                    "       count(*) FILTER (WHERE a.outcome IN ('LEASE_EXPIRED', 'LEASE_LOST'))"
+                    "  FROM reliableq_attempt a JOIN reliableq_job j ON j.id = a.job_id"
+                    " WHERE a.started_at < %s AND (a.finished_at IS NULL OR a.finished_at > %s)",
+                    [failover.killed_at, failover.killed_at],
                 ).fetchone()  # type: ignore[misc]
             outcome.report = check(conn, concurrency=CONCURRENCY, lease_seconds=self.lease_seconds)
         for failover in self.failovers:
