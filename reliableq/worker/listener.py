@@ -63,6 +63,7 @@ class Listener(threading.Thread):
             try:
                 with psycopg.connect(**self._listen, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self._retry.succeeded()  # connected to a server that takes LISTEN: not a standby
                     self.hears = self._probe(conn)
                     self.probed.set()
                     if not self.hears:
@@ -78,7 +79,6 @@ class Listener(threading.Thread):
                     logger.info(
                         "listening for enqueue notifications on database alias %r (probe heard)", self.listen_alias
                     )
-                    self._retry.succeeded()
                     self._serve(conn)
             except psycopg.Error as exc:
                 pause = self._retry.failed(exc)

@@ -288,6 +288,18 @@ class Worker:
                 self.store.reset()
                 if outage.unavailable(exc):
                     alive.touch(time.monotonic(), self.outage.state())  # waiting for the database, not stuck
+                if self._stopping:  # a stop asked while the database is away still ends with the grace period
+                    left = self._stop_deadline - time.monotonic()
+                    if left <= 0:
+                        logger.warning(
+                            "worker %s grace period over with the database unavailable: %s unfinished lease(s) "
+                            "and %s unwritten end(s) left to expire",
+                            c.worker_id,
+                            len(self.ledger.held()),
+                            self.completer.slots_to_free(),
+                        )
+                        return self._exit_code
+                    pause = min(pause, left)
                 self._wait(pause)
                 continue
             busy = len(self.ledger) > 0 or self.completer.pending

@@ -278,3 +278,13 @@ class Pair:
     def connect(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
         """A connection to the primary, whichever node it is now."""
         return self.primary.connect(dbname)
+
+
+def stop_all(root: Path) -> None:
+    """Stop every node a Pair left running under `root` (a run cut short)."""
+    for data_dir in sorted(root.glob("node*")):
+        if (data_dir / "postmaster.pid").exists():
+            try:
+                Node(data_dir.name, data_dir, 0).stop("immediate")
+            except RuntimeError:
+                pass
