@@ -49,16 +49,19 @@ def main() -> int:
     started = time.monotonic()
     totals: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
+    acknowledged = 0
     failed = []
-    print("| seed | jobs | SUCCEEDED | DEAD | faults injected | violations | seconds |")
-    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    print("| seed | jobs | acknowledged, all present | SUCCEEDED | DEAD | faults injected | violations | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         outcome = ChaosRun(seed, profile, log_dir=args.log_dir, say=lambda s: print(f"  {s}", file=sys.stderr)).run()
         totals += outcome.faults
         statuses += outcome.statuses
+        acknowledged += outcome.report.checked.get("acknowledged_present", 0)
         faults = ", ".join(f"{k} {v}" for k, v in sorted(outcome.faults.items()))
         print(
-            f"| {seed} | {outcome.jobs} | {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
+            f"| {seed} | {outcome.jobs} | {outcome.report.checked.get('acknowledged_present', 0)} "
+            f"| {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
             f"| {len(outcome.report.violations)} | {outcome.seconds:.0f} |",
             flush=True,
         )
@@ -75,7 +78,8 @@ def main() -> int:
             print(f"    reproduce: {reproduce_command(seed, profile)}", file=sys.stderr)
     print()
     print(
-        f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {statuses['SUCCEEDED']} SUCCEEDED, "
+        f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {acknowledged} acknowledged (each checked "
+        f"present on the last primary), {statuses['SUCCEEDED']} SUCCEEDED, "
         f"{statuses['DEAD']} DEAD, violations in {len(failed)} seed(s), {time.monotonic() - started:.0f}s"
     )
     print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
