@@ -141,6 +141,8 @@ class ChaosRun:
         self.submitted: list[uuid.UUID] = []  # of them, the jobs submitted over HTTP during the faults
         self._submitting = threading.Event()
         self._submitter: threading.Thread | None = None
+        self._rejoining: threading.Thread | None = None
+        self._rejoin_error: BaseException | None = None
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -462,18 +464,22 @@ class ChaosRun:
                 )
             self.outages.append((began, time.monotonic()))
         elif event == "pg_restart":
+            self.rejoined()
             with self.admin() as conn:
                 began = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
             self.pair.primary.restart()
             self.outages.append((began, time.monotonic()))
         elif event == "failover":
+            self.rejoined()
             # The primary crashes; the synchronous standby is promoted a moment later (meanwhile it is
             # the only server up, read-only); the old primary comes back as the new synchronous standby.
             with self.admin() as conn:
                 began = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
             self.pair.fail_over(gap=self.failover_rng.uniform(0.5, 2.0))
             self.outages.append((began, time.monotonic()))
-            self.pair.rejoin()
+            # The rebuild (pg_basebackup) runs beside the other faults; the next database fault waits for it.
+            self._rejoining = threading.Thread(target=self._rejoin, name="chaos-rejoin", daemon=True)
+            self._rejoining.start()
         elif event.startswith("service_"):
             rates = {
                 "service_unavailable_50": (0.5, 0.0),
@@ -511,6 +517,21 @@ class ChaosRun:
         else:
             return
         self.faults[event] += 1
+
+    def _rejoin(self) -> None:
+        try:
+            self.pair.rejoin()
+        except BaseException as exc:  # raised on the driver's thread by rejoined()
+            self._rejoin_error = exc
+
+    def rejoined(self) -> None:
+        """Wait for the old primary's rebuild as the new synchronous standby, if one is under way."""
+        if self._rejoining is not None:
+            self._rejoining.join()
+            self._rejoining = None
+        if self._rejoin_error is not None:
+            error, self._rejoin_error = self._rejoin_error, None
+            raise RuntimeError(f"seed {self.seed}: the old primary could not be rebuilt as a standby") from error
 
     def resume_queue(self) -> None:
         """End the open pause (retrying through a database restart); the window closes before the resume."""
@@ -581,9 +602,12 @@ class ChaosRun:
                 self.supervise(faults=True)
                 time.sleep(0.05)
             self.stop_submitting()
+            self.rejoined()
             self.settle()
         finally:
             self.stop_submitting()
+            if self._rejoining is not None:
+                self._rejoining.join()
             self.shutdown()
             api_log.close()
         outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
