@@ -34,10 +34,12 @@ def build(db: dict[str, Any], *, name: str | None = None) -> str:
     host = db.get("HOST") or ""
     query = dict(db.get("OPTIONS") or {})
     netloc = auth
-    if host.startswith("/"):
+    if host.startswith("/") or "," in host:
+        # A socket directory can hold sockets for several ports; a libpq host list (a failover
+        # pair: "h1,h2" with ports "p1,p2") has no form in the URL's authority.
         query["host"] = host
         if db.get("PORT"):
-            query["port"] = str(db["PORT"])  # a socket directory can hold sockets for several ports
+            query["port"] = str(db["PORT"])
     else:
         netloc += host
         if db.get("PORT"):

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import DatabaseError, InterfaceError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from .. import outage
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://reliableq.dev/problems/"
@@ -30,6 +33,17 @@ class ServiceUnavailable(exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The service is unavailable; try again later."
     default_code = "unavailable"
+    wait = 2  # DRF's handler sends it as Retry-After
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database is away (restarting, failing over, read-only): 503, never a 500."""
+
+    default_detail = (
+        "The database is unavailable (restarting or failing over); try again in a few seconds. A write whose "
+        "answer was lost may have been stored: send it again with the same Idempotency-Key."
+    )
+    default_code = "database_unavailable"
 
 
 class TooManyUnfinished(exceptions.APIException):
@@ -105,6 +119,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = PayloadTooLarge("The request body is larger than this server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE).")
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, DatabaseError | InterfaceError) and outage.unavailable(exc):
+        exc = DatabaseUnavailable()  # anywhere in a request: the token lookup, a permission, the view
+    if isinstance(exc, ServiceUnavailable):
+        # Whatever failed on this thread's connections is closed, so the next request connects again
+        # (to the new primary): a read-only server would otherwise keep answering Django's health check.
+        outage.drop_failed_connections()
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -23,7 +23,12 @@ def problems() -> list[str]:
     connection = db.connection()
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+            # A standby answers reads but refuses every write: not ready, whatever SELECT 1 says.
+            cursor.execute("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean")
+            (read_only,) = cursor.fetchone()
+        if read_only:
+            connection.close()  # the next check connects again: a DNS name may have moved to the new primary
+            return ["database is read-only (a standby, or the old primary after a failover): waiting for a primary"]
         if not _migrated:
             executor = MigrationExecutor(connection)
             pending = [

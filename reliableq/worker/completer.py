@@ -42,10 +42,11 @@ class Writer(threading.Thread):
     ledger.
     """
 
-    def __init__(self, store: Store, post: Callable[[Written], None]) -> None:
+    def __init__(self, store: Store, post: Callable[[Written], None], stale: Callable[[], bool] | None = None) -> None:
         super().__init__(name="reliableq-completer", daemon=True)
         self._store = store
         self._post = post
+        self._stale = stale  # True once an outage began since the last batch: reconnect first
         self._batches: queue.SimpleQueue[list[tuple[Finish, bool]] | None] = queue.SimpleQueue()
 
     def write(self, batch: list[tuple[Finish, bool]]) -> None:
@@ -70,6 +71,8 @@ class Writer(threading.Thread):
             cascading = cascading or not batch or hands_on(batch)
             if not batch:
                 continue
+            if self._stale is not None and self._stale():
+                self._store.reset()
             try:
                 written = Written(batch, self._store.finish([f for f, _ in batch]))
             except (DatabaseError, InterfaceError) as exc:
@@ -211,7 +214,9 @@ def _log(finish: Finish, attempt: Any, kind: Any = None) -> None:
         return
     extra = fields(finish.job_id, kind, attempt, finish.lease_token, outcome=str(finish.outcome))
     trace = "\n" + finish.traceback.rstrip() if finish.traceback else ""
-    if finish.status == JobStatus.PENDING:
+    if finish.outcome == Outcome.SNOOZED and finish.status in (JobStatus.PENDING, JobStatus.WAITING):
+        logger.info("job=%s attempt=%s %s", finish.job_id, attempt, finish.error, extra=extra)  # a sleep, a wait
+    elif finish.status == JobStatus.PENDING:
         logger.warning(
             "job=%s attempt=%s %s, retry in %.1fs: %s%s",
             finish.job_id,

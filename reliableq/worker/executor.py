@@ -156,10 +156,22 @@ async def run_attempt_async(job: ClaimedJob) -> Result:
         try:
             value = await handler.func(job)
         except Exception as exc:
+            await _drop_broken_async_connections()
             return _failed_in(span, job, exc, started)
         except Suspend as pause:
             return _suspended_in(span, job, pause, started)
         return _succeeded_in(span, job, handler, value, started)
+
+
+async def _drop_broken_async_connections() -> None:
+    """Close what a failed coroutine left broken on the thread Django's async ORM runs queries on
+    (sync_to_async's thread-sensitive thread): nothing else would, and after a database restart or a
+    failover every later attempt's query there would fail on the dead connection."""
+    from asgiref.sync import sync_to_async
+
+    from .pool import _drop_broken_connections
+
+    await sync_to_async(_drop_broken_connections, thread_sensitive=True)()
 
 
 def _failed_in(span: Any, job: ClaimedJob, exc: Exception, started: float) -> Result:

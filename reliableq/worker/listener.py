@@ -19,9 +19,10 @@ from typing import Any
 import psycopg
 from django.db import connections
 
-from .. import backoff
 from ..conf import reliableq_settings
+from ..outage import unavailable
 from ..services import CHANNEL
+from .reconnect import Outage, Retry
 
 logger = logging.getLogger("reliableq.worker")
 
@@ -43,7 +44,7 @@ def aliases() -> tuple[str, str]:
 
 
 class Listener(threading.Thread):
-    def __init__(self, *, queues: Collection[str], wake: Callable[[], None]) -> None:
+    def __init__(self, *, queues: Collection[str], wake: Callable[[], None], outage: Outage | None = None) -> None:
         super().__init__(name="reliableq-listener", daemon=True)
         self.queues = set(queues)
         self._wake = wake
@@ -55,13 +56,14 @@ class Listener(threading.Thread):
         self.notified = 0
         self.hears: bool | None = None  # None until the first probe; False: deaf, polling only
         self.probed = threading.Event()
+        self._retry = Retry("listener", outage or Outage(""), base=0.5)
 
     def run(self) -> None:
-        failures = 0
         while not self._halt.is_set():
             try:
                 with psycopg.connect(**self._listen, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self._retry.succeeded()  # connected to a server that takes LISTEN: not a standby
                     self.hears = self._probe(conn)
                     self.probed.set()
                     if not self.hears:
@@ -77,12 +79,11 @@ class Listener(threading.Thread):
                     logger.info(
                         "listening for enqueue notifications on database alias %r (probe heard)", self.listen_alias
                     )
-                    failures = 0
                     self._serve(conn)
             except psycopg.Error as exc:
-                failures += 1
-                pause = backoff.delay(failures, base=0.5, maximum=30.0)
-                logger.warning("listener lost its connection, polling only; reconnecting in %.1fs: %s", pause, exc)
+                pause = self._retry.failed(exc)
+                if not unavailable(exc):  # an outage is the worker's Outage's to say, once
+                    logger.warning("listener lost its connection, polling only; reconnecting in %.1fs: %s", pause, exc)
                 self._halt.wait(pause)
 
     def _probe(self, conn: psycopg.Connection[Any]) -> bool:

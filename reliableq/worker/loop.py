@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError
 
-from .. import backoff, registry
+from .. import outage, registry
 from ..conf import reliableq_settings
 from ..models import Outcome
 from ..sanitize import describe, traceback_of
@@ -33,6 +33,7 @@ from .listener import Listener
 from .maintenance import Maintenance
 from .pool import Pool
 from .producer import Producer
+from .reconnect import Outage, Retry
 from .store import DatabaseStore, Store
 
 logger = logging.getLogger("reliableq.worker")
@@ -113,6 +114,7 @@ class Worker:
         self._exit_code = 0  # what run() returns once drained (STUCK_EXIT after stuck handlers)
         self._stop_signal = ""  # the signal that asked to stop, until the loop has said what it drains
         self._alive = AliveFile(config.health_file)
+        self.outage = Outage(config.worker_id)  # which parts wait for the database, shared by them all
         self._signals = 0
         self.producer: Producer | None = None
         self.completer: Completer | None = None
@@ -184,7 +186,7 @@ class Worker:
             lease_seconds=c.lease_seconds,
             limits=registry.limits(),
         )
-        writer = Writer(self.store, self._events.put)
+        writer = Writer(self.store, self._events.put, stale=self.outage.watch())
         writer.start()
         self.completer = Completer(self.store, self.ledger, pool, writer)
         maintenance = Maintenance(
@@ -207,10 +209,13 @@ class Worker:
             worker_id=c.worker_id,
             busy=lambda: pool.busy,
             start=self._start_row(),
+            outage=self.outage,
         )
         self._announce_start()
         heartbeat.start()
-        listener = Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE)) if c.listen else None
+        listener = (
+            Listener(queues=c.queues, wake=lambda: self._events.put(_WAKE), outage=self.outage) if c.listen else None
+        )
         if listener is not None:
             listener.start()
         logger.info(
@@ -264,21 +269,37 @@ class Worker:
         assert self.completer is not None
         self._pool = pool
         alive = self._alive
-        failures = 0
+        retry = Retry("loop", self.outage, base=c.poll_seconds)
         summary = Summary(self.completer, pool, c.worker_id)
         while True:
             try:
+                if retry.stale():  # an outage began: this thread's connection may be to the old primary
+                    self.store.reset()
                 idle = self._step(pool, maintenance)
-                failures = 0
+                if retry.failures and self.store.connected():  # a pass that reached the database
+                    retry.succeeded()
                 now = time.monotonic()
-                alive.touch(now)
+                alive.touch(now, self.outage.state())
                 summary.tick(now)
             except (DatabaseError, InterfaceError) as exc:
-                failures += 1
-                # Jittered, so that a fleet does not reconnect in step after a database restart.
-                pause = backoff.delay(failures, base=c.poll_seconds, maximum=30.0)
-                logger.warning("database error, retrying in %.1fs: %s", pause, exc)
+                pause = retry.failed(exc)
+                if not outage.unavailable(exc):  # an outage is the Outage's to say, once
+                    logger.warning("database error, retrying in %.1fs: %s", pause, exc)
                 self.store.reset()
+                if outage.unavailable(exc):
+                    alive.touch(time.monotonic(), self.outage.state())  # waiting for the database, not stuck
+                if self._stopping:  # a stop asked while the database is away still ends with the grace period
+                    left = self._stop_deadline - time.monotonic()
+                    if left <= 0:
+                        logger.warning(
+                            "worker %s grace period over with the database unavailable: %s unfinished lease(s) "
+                            "and %s unwritten end(s) left to expire",
+                            c.worker_id,
+                            len(self.ledger.held()),
+                            self.completer.slots_to_free(),
+                        )
+                        return self._exit_code
+                    pause = min(pause, left)
                 self._wait(pause)
                 continue
             busy = len(self.ledger) > 0 or self.completer.pending

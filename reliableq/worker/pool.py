@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from .. import registry
+from .. import outage, registry
 from ..queue import ClaimedJob
 from . import executor
 from .aio import EventLoop
@@ -184,7 +184,8 @@ connection_created.connect(_connected, dispatch_uid="reliableq.worker.pool")
 
 
 def _drop_broken_connections() -> None:
-    """Close this thread's connections that a handler left unusable; keep healthy ones open.
+    """Close this thread's connections that a handler left unusable (or that a failed statement found
+    on a read-only standby, where the next handler would fail the same way); keep healthy ones open.
 
     (close_old_connections() would also close healthy ones when CONN_MAX_AGE is 0, and
     reconnecting for every job is the slowest thing a handler thread could do.) Only the
@@ -195,5 +196,5 @@ def _drop_broken_connections() -> None:
     if not opened:  # a handler that never touched a database: most no-op and I/O jobs
         return
     for conn in opened.values():
-        if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
+        if conn.connection is not None and conn.errors_occurred and (not conn.is_usable() or outage.on_standby(conn)):
             conn.close()

@@ -83,6 +83,10 @@ class Store(Protocol):
     def reset(self) -> None:
         """Drop this thread's connection after an error; the next call opens a fresh one."""
 
+    def connected(self) -> bool:
+        """Whether this thread holds an open connection (after a reset(): whether a call has since
+        connected, and so reached the database)."""
+
 
 class DatabaseStore:
     """The Store on PostgreSQL, through the calling thread's Django connection to the queue's database.
@@ -174,3 +178,6 @@ class DatabaseStore:
 
     def reset(self) -> None:
         db.connection().close()
+
+    def connected(self) -> bool:
+        return db.connection().connection is not None

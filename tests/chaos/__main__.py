@@ -24,12 +24,17 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=LONG.concurrency, help="slots per worker")
     parser.add_argument("--workflows", type=int, default=LONG.workflows, help="workflows per seed")
     parser.add_argument(
+        "--failovers", type=int, default=LONG.failovers, help="failovers per seed (none through PgBouncer)"
+    )
+    parser.add_argument(
         "--pool-size", type=int, default=None, help="through PgBouncer (transaction mode) with this pool size"
     )
     parser.add_argument("--log-dir", type=Path, default=Path(".pgdata/chaos-logs"))
     args = parser.parse_args()
     if args.seeds < 1 or args.jobs < 1 or args.workers < 1:
         parser.error("--seeds, --jobs and --workers must be at least 1")
+    if args.failovers < 0 or (args.failovers and args.pool_size):
+        parser.error("--failovers must be 0 or more, and 0 with --pool-size (PgBouncer is given one server)")
     profile = Profile(
         seeds=args.seeds,
         jobs=args.jobs,
@@ -38,21 +43,25 @@ def main() -> int:
         concurrency=args.concurrency,
         pool_size=args.pool_size,
         workflows=args.workflows,
+        failovers=0 if args.pool_size else args.failovers,
     )
     args.log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     totals: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
+    acknowledged = 0
     failed = []
-    print("| seed | jobs | SUCCEEDED | DEAD | faults injected | violations | seconds |")
-    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    print("| seed | jobs | acknowledged, all present | SUCCEEDED | DEAD | faults injected | violations | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         outcome = ChaosRun(seed, profile, log_dir=args.log_dir, say=lambda s: print(f"  {s}", file=sys.stderr)).run()
         totals += outcome.faults
         statuses += outcome.statuses
+        acknowledged += outcome.report.checked.get("acknowledged_present", 0)
         faults = ", ".join(f"{k} {v}" for k, v in sorted(outcome.faults.items()))
         print(
-            f"| {seed} | {outcome.jobs} | {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
+            f"| {seed} | {outcome.jobs} | {outcome.report.checked.get('acknowledged_present', 0)} "
+            f"| {outcome.statuses['SUCCEEDED']} | {outcome.statuses['DEAD']} | {faults} "
             f"| {len(outcome.report.violations)} | {outcome.seconds:.0f} |",
             flush=True,
         )
@@ -69,7 +78,8 @@ def main() -> int:
             print(f"    reproduce: {reproduce_command(seed, profile)}", file=sys.stderr)
     print()
     print(
-        f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {statuses['SUCCEEDED']} SUCCEEDED, "
+        f"{args.seeds} seed(s), {args.seeds * args.jobs} jobs, {acknowledged} acknowledged (each checked "
+        f"present on the last primary), {statuses['SUCCEEDED']} SUCCEEDED, "
         f"{statuses['DEAD']} DEAD, violations in {len(failed)} seed(s), {time.monotonic() - started:.0f}s"
     )
     print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))

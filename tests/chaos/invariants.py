@@ -131,11 +131,22 @@ def check(
     interrupted: set[str] | frozenset[str] = frozenset(),
     outages: list[Any] | tuple[()] = (),
     lease_seconds: float = 0.0,
+    acknowledged: list[Any] | tuple[()] = (),
 ) -> Report:
-    """Every invariant; `interrupted` names the workers killed, crashed or stopped, and `outages` the
-    database times when the database itself failed (a restart, backends terminated)."""
+    """Every invariant; `interrupted` names the workers killed, crashed or stopped, `outages` the
+    database times when the database itself failed (a restart, backends terminated, a failover), and
+    `acknowledged` the jobs whose commit returned or whose submission was answered 2xx."""
     report = Report()
     (total,) = conn.execute(f"SELECT count(*) FROM {JOB}").fetchone()  # type: ignore[misc]
+
+    # 0. No acknowledged job missing: a failover to a synchronous standby keeps every commit that returned.
+    ids = sorted({str(job_id) for job_id in acknowledged})
+    bad = _rows(
+        conn,
+        f"SELECT a.id FROM unnest(%s::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM {JOB} j WHERE j.id = a.id)",
+        ids,
+    )
+    report.add("acknowledged_present", len(ids), bad, "acknowledged job missing")
 
     # 1. Nothing lost, nothing stuck: every job SUCCEEDED or DEAD, or CANCELLED because someone asked.
     bad = _rows(

@@ -1,18 +1,26 @@
 """One seeded chaos run: real workers, a real charge service, a PostgreSQL the suite owns, and faults.
 
 Everything random comes from the seed: the job mix, which workers carry which crash point,
-and the schedule of SIGKILL, SIGSTOP, pg_terminate_backend, a PostgreSQL restart and the
-charge service's 503 / no-answer phases. Timing still varies from run to run; the plan does not.
+and the schedule of SIGKILL, SIGSTOP, pg_terminate_backend, a PostgreSQL restart, failovers and
+the charge service's 503 / no-answer phases. Timing still varies from run to run; the plan does not.
+
+The database is a primary with a synchronous standby (tests/failover/pair.py), reached through
+a libpq host list with target_session_attrs=read-write: a failover crashes the primary, promotes
+the standby, and rebuilds the old primary as the new standby before the next one. Jobs are
+acknowledged all along (the driver's committed inserts, HTTP submissions during the faults), and
+every one of them must be there at the end.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,13 +34,14 @@ import psycopg
 
 from bench.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
 from bench.serverconns import ServerConnections
-from testproject import dburl, embedded, processes
+from testproject import processes
+from tests.failover.pair import Pair
 
 from . import pooler
 from .invariants import Report, check
 
 ROOT = processes.ROOT
-DATA_DIR = ROOT / ".pgdata" / "chaos"
+DATA_DIR = ROOT / ".pgdata" / "chaos-pair"
 CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize")
 LEASE_SECONDS = 1.5
 CONCURRENCY = 4
@@ -52,12 +61,28 @@ class Profile:
     # size); LISTEN goes direct (LISTEN_DATABASE).
     pool_size: int | None = None
     workflows: int = 4  # per seed, submitted over HTTP at the start
+    failovers: int = 1  # per seed: the primary crashes and the synchronous standby is promoted
 
 
 QUICK = Profile(seeds=3, jobs=400)
-LONG = Profile(seeds=20, jobs=1200, fault_seconds=30.0, workflows=8)
+LONG = Profile(seeds=20, jobs=1200, fault_seconds=30.0, workflows=8, failovers=3)
 # Issue 13: the quick profile's seed behind a transaction pooler, 3 processes x 8 slots on 4 server connections.
-POOLED = Profile(seeds=1, jobs=400, concurrency=8, pool_size=4)
+# PgBouncer is pointed at one server: no failover (a pooler in front of a pair: docs/how-to/deploy.md).
+POOLED = Profile(seeds=1, jobs=400, concurrency=8, pool_size=4, failovers=0)
+HTTP_RATE = 8.0  # jobs submitted over HTTP per second during the faults, each acknowledged by a 2xx
+
+_pair: Pair | None = None
+
+
+def shared_pair() -> Pair:
+    """The suite's primary and synchronous standby: started once per process, stopped at its exit."""
+    global _pair
+    if _pair is None:
+        _pair = Pair(DATA_DIR, synchronous=True).start()
+        atexit.register(_pair.stop)
+    else:
+        _pair.ensure_standby(synchronous=True)
+    return _pair
 
 
 @dataclass
@@ -84,6 +109,7 @@ class Outcome:
     samples: int = 0
     workflow_jobs: int = 0  # the workflows' members and callbacks, besides the `jobs`
     fair_jobs: int = 0  # the fair kind's flood and small keys, besides the `jobs`
+    http_jobs: int = 0  # submitted over HTTP during the faults and acknowledged, besides the `jobs`
     deaf_workers: int = 0  # workers whose listener said it hears no NOTIFY
 
     @property
@@ -96,6 +122,7 @@ class ChaosRun:
         self.seed = seed
         self.profile = profile
         self.rng = random.Random(seed)
+        self.failover_rng = random.Random(f"failover {seed}")
         self.log_dir = log_dir
         self.say = say
         self.workers: list[Worker] = []
@@ -109,24 +136,29 @@ class ChaosRun:
         self.watch: ServerConnections | None = None
         self.interrupted: set[str] = set()  # workers SIGSTOPped (their leases may expire)
         self.outages: list[tuple[Any, float]] = []  # (database time, monotonic time) a database fault began
+        self.pair = shared_pair()
+        self.acknowledged: list[uuid.UUID] = []  # every job a commit or a 2xx said exists
+        self.submitted: list[uuid.UUID] = []  # of them, the jobs submitted over HTTP during the faults
+        self._submitting = threading.Event()
+        self._submitter: threading.Thread | None = None
+        self._rejoining: threading.Thread | None = None
+        self._rejoin_error: BaseException | None = None
 
     # -- setup ----------------------------------------------------------------------------
 
     def database(self) -> dict[str, Any]:
-        socket_dir = embedded.ensure_running(DATA_DIR)
+        """The primary alone (for PgBouncer, which is given one server)."""
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": "postgres",
             "USER": "postgres",
-            "HOST": socket_dir,
-            "PORT": "",
+            "HOST": "127.0.0.1",
+            "PORT": str(self.pair.primary.port),
         }
 
     def url(self, application_name: str = "") -> str:
-        db = self.database()
-        if application_name:
-            db["OPTIONS"] = {"application_name": application_name}
-        return dburl.build(db)
+        """Whichever node is primary: both hosts, target_session_attrs=read-write."""
+        return self.pair.url(**({"application_name": application_name} if application_name else {}))
 
     def client_url(self, name: str) -> str:
         """The DATABASE_URL a worker or the API gets: through the pooler if there is one, else direct."""
@@ -195,6 +227,7 @@ class ChaosRun:
             RELIABLEQ_LOG_LEVEL="WARNING",
             RELIABLEQ_TEST_FLOW="1",
             RELIABLEQ_TEST_FAIR="1",
+            TESTPROJECT_SUBMIT_RATE="100000/s",  # the submissions during the faults are not throttled
         )
         for key in ("RELIABLEQ_CRASH_AT", "RELIABLEQ_CRASH_RATE", "RELIABLEQ_CRASH_SEED", "LISTEN_DATABASE_URL"):
             env.pop(key, None)
@@ -299,18 +332,23 @@ class ChaosRun:
             bodies.append({"name": f"chaos {self.seed}/{n}", "members": members, "callbacks": callbacks})
         return bodies
 
-    def http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def http(self, method: str, path: str, body: Any = None, *, key: str = "") -> tuple[int, Any]:
+        headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json"}
+        if key:
+            headers["Idempotency-Key"] = key
         request = urllib.request.Request(
             self.base_url + path,
             data=None if body is None else json.dumps(body).encode(),
             method=method,
-            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
+            headers=headers,
         )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()[:500]
+        except OSError as exc:  # no answer (the API's own request may have met the failover)
+            return 0, str(exc)
 
     def submit_workflows(self) -> None:
         for body in self.workflow_bodies():
@@ -318,6 +356,7 @@ class ChaosRun:
             if code != 202:
                 raise RuntimeError(f"seed {self.seed}: POST /v1/workflows answered {code}: {answer!r}")
             self.workflows.append(answer["id"])
+            self.acknowledged += [uuid.UUID(member["id"]) for member in answer["members"]]
 
     def replay_dead_members(self) -> int:
         """Replay every DEAD member of the run's workflows over HTTP; how many."""
@@ -340,6 +379,7 @@ class ChaosRun:
                 " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', %s, %s, now(), now())",
                 rows,
             )
+        self.acknowledged += [row[0] for row in rows]
 
     def enqueue(self, rows: list[tuple[Any, ...]]) -> None:
         with self.admin() as conn, conn.cursor() as cursor:
@@ -349,6 +389,26 @@ class ChaosRun:
                 " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', %s, now(), now())",
                 rows,
             )
+        self.acknowledged += [row[0] for row in rows]
+
+    def stop_submitting(self) -> None:
+        self._submitting.set()
+        if self._submitter is not None:
+            self._submitter.join(timeout=60)
+
+    def submit_over_http(self) -> None:
+        """Submit demo.noop jobs all through the faults, each again with its Idempotency-Key until a 2xx
+        acknowledges it, as a careful client does; every acknowledged one must exist at the end."""
+        while not self._submitting.is_set():
+            key = f"chaos-{uuid.uuid4()}"
+            while not self._submitting.is_set():
+                code, answer = self.http("POST", "/v1/jobs", {"kind": "demo.noop", "payload": {}}, key=key)
+                if code in (200, 202):
+                    self.submitted.append(uuid.UUID(answer["id"]))
+                    self.acknowledged.append(uuid.UUID(answer["id"]))
+                    break
+                self._submitting.wait(0.2)  # 503 while the database is away, or no answer at all
+            self._submitting.wait(1.0 / HTTP_RATE)
 
     # -- faults ---------------------------------------------------------------------------
 
@@ -369,6 +429,10 @@ class ChaosRun:
         events += [(pause, "pause_queue"), (pause + self.rng.uniform(0.5, 2.0), "resume_queue")]
         events += [(self.rng.uniform(1, span), "cancel_running") for _ in range(self.rng.randint(2, 4))]
         events += [(self.rng.uniform(1, span), "kill_child") for _ in range(self.rng.randint(3, 6))]
+        # From a stream of their own: the other faults keep the plans their seeds always had.
+        events += [
+            (self.failover_rng.uniform(span * 0.2, span * 0.9), "failover") for _ in range(self.profile.failovers)
+        ]
         return sorted(events)
 
     def inject(self, event: str) -> None:
@@ -400,10 +464,22 @@ class ChaosRun:
                 )
             self.outages.append((began, time.monotonic()))
         elif event == "pg_restart":
+            self.rejoined()
             with self.admin() as conn:
                 began = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-            embedded.restart(DATA_DIR)
+            self.pair.primary.restart()
             self.outages.append((began, time.monotonic()))
+        elif event == "failover":
+            self.rejoined()
+            # The primary crashes; the synchronous standby is promoted a moment later (meanwhile it is
+            # the only server up, read-only); the old primary comes back as the new synchronous standby.
+            with self.admin() as conn:
+                began = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+            self.pair.fail_over(gap=self.failover_rng.uniform(0.5, 2.0))
+            self.outages.append((began, time.monotonic()))
+            # The rebuild (pg_basebackup) runs beside the other faults; the next database fault waits for it.
+            self._rejoining = threading.Thread(target=self._rejoin, name="chaos-rejoin", daemon=True)
+            self._rejoining.start()
         elif event.startswith("service_"):
             rates = {
                 "service_unavailable_50": (0.5, 0.0),
@@ -441,6 +517,21 @@ class ChaosRun:
         else:
             return
         self.faults[event] += 1
+
+    def _rejoin(self) -> None:
+        try:
+            self.pair.rejoin()
+        except BaseException as exc:  # raised on the driver's thread by rejoined()
+            self._rejoin_error = exc
+
+    def rejoined(self) -> None:
+        """Wait for the old primary's rebuild as the new synchronous standby, if one is under way."""
+        if self._rejoining is not None:
+            self._rejoining.join()
+            self._rejoining = None
+        if self._rejoin_error is not None:
+            error, self._rejoin_error = self._rejoin_error, None
+            raise RuntimeError(f"seed {self.seed}: the old primary could not be rebuilt as a standby") from error
 
     def resume_queue(self) -> None:
         """End the open pause (retrying through a database restart); the window closes before the resume."""
@@ -500,6 +591,8 @@ class ChaosRun:
                 + (f", through PgBouncer (pool size {self.profile.pool_size})" if self.bouncer else "")
             )
             fault_start = time.monotonic()
+            self._submitter = threading.Thread(target=self.submit_over_http, name="chaos-http", daemon=True)
+            self._submitter.start()
             for at, event in self.plan():
                 while time.monotonic() - fault_start < at:
                     self.supervise(faults=True)
@@ -508,12 +601,18 @@ class ChaosRun:
             while time.monotonic() - fault_start < self.profile.fault_seconds:
                 self.supervise(faults=True)
                 time.sleep(0.05)
+            self.stop_submitting()
+            self.rejoined()
             self.settle()
         finally:
+            self.stop_submitting()
+            if self._rejoining is not None:
+                self._rejoining.join()
             self.shutdown()
             api_log.close()
         outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
         outcome.fair_jobs = len(fair)
+        outcome.http_jobs = len(set(self.submitted))
         outcome.faults = self.faults + self.crash_counts()
         outcome.deaf_workers = self.count_logs("does not hear a NOTIFY")
         if self.watch is not None:
@@ -528,6 +627,7 @@ class ChaosRun:
                 interrupted=self.interrupted | {w.name for w in self.dead_workers},
                 outages=[began for began, _ in self.outages],
                 lease_seconds=LEASE_SECONDS,
+                acknowledged=self.acknowledged,
             )
             (outcome.workflow_jobs,) = conn.execute(
                 "SELECT count(*) FROM reliableq_job WHERE workflow_id IS NOT NULL"
@@ -615,5 +715,6 @@ def reproduce_command(seed: int, profile: Profile) -> str:
     pooled = f" --concurrency {profile.concurrency} --pool-size {profile.pool_size}" if profile.pool_size else ""
     return (
         f"python -m tests.chaos --first-seed {seed} --seeds 1 --jobs {profile.jobs} "
-        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g} --workflows {profile.workflows}{pooled}"
+        f"--workers {profile.workers} --fault-seconds {profile.fault_seconds:g} --workflows {profile.workflows} "
+        f"--failovers {profile.failovers}{pooled}"
     )

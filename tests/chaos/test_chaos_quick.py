@@ -1,4 +1,5 @@
-"""The quick chaos profile: 3 seeds, 1,200 jobs, 3 workers, every fault type, then PostgreSQL is checked.
+"""The quick chaos profile: 3 seeds, 1,200 jobs, 3 workers, every fault type (a failover to the
+synchronous standby among them), then PostgreSQL is checked.
 
 CI runs seed 1; seeds 2 and 3 run with the nightly profile (`pytest -m nightly`), as does the long
 profile (`python -m tests.chaos --seeds 20`), to keep CI within its half hour."""
@@ -28,6 +29,8 @@ def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -
     )
     # The run must really have been chaotic, or passing proves nothing.
     assert outcome.faults["pg_restart"] == 1
+    assert outcome.faults["failover"] == QUICK.failovers == 1
+    assert outcome.http_jobs > 0 and outcome.report.checked["acknowledged_present"] > outcome.jobs
     assert outcome.faults["sigkill"] >= 2
     assert outcome.faults["sigstop"] >= 1
     assert outcome.faults["terminate_backends"] >= 1
@@ -36,4 +39,6 @@ def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -
     assert outcome.report.checked["isolated_lease_outlives_a_dead_child"] > 0
     assert outcome.report.checked["fair_turns"] > 0
     assert outcome.report.checked["member_after_upstream"] > 0 and outcome.faults["replayed_members"] >= 1
-    assert sum(outcome.statuses.values()) == outcome.jobs + outcome.workflow_jobs + outcome.fair_jobs
+    assert sum(outcome.statuses.values()) == (
+        outcome.jobs + outcome.workflow_jobs + outcome.fair_jobs + outcome.http_jobs
+    )

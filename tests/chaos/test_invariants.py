@@ -209,3 +209,11 @@ def test_a_fair_key_served_only_after_the_flood_is_reported(conn: psycopg.Connec
         started("flood", n, 2 * n)
         started("small", n, 2 * n + 1)
     assert "fair_turns" not in names(conn, concurrency=20)
+
+
+def test_an_acknowledged_job_missing_is_reported(conn: psycopg.Connection[Any]) -> None:
+    kept = job(conn, status="SUCCEEDED", attempts=1)
+    attempt(conn, kept, 1, "SUCCEEDED")
+    lost = uuid.uuid4()  # a 202 was answered for it, and the new primary never had it
+    assert "acknowledged_present" in check(conn, concurrency=4, acknowledged=[kept, lost]).names
+    assert check(conn, concurrency=4, acknowledged=[kept]).violations == []

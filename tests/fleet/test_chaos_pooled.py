@@ -35,7 +35,9 @@ def test_chaos_through_a_transaction_pooler_keeps_every_invariant_on_four_server
     assert outcome.ok, "\n".join(
         [*outcome.report.violations, f"reproduce: {reproduce_command(1, POOLED)}", f"logs: {tmp_path}"]
     )
-    assert sum(outcome.statuses.values()) == outcome.jobs + outcome.workflow_jobs + outcome.fair_jobs
+    assert sum(outcome.statuses.values()) == (
+        outcome.jobs + outcome.workflow_jobs + outcome.fair_jobs + outcome.http_jobs
+    )
     # The pool was used and never exceeded, by PostgreSQL's count.
     assert outcome.samples >= 50
     assert 1 <= outcome.peak_pooled <= POOLED.pool_size

@@ -82,3 +82,17 @@ def test_build_keeps_the_port_of_a_socket_directory() -> None:
     db = dburl.parse("postgresql://postgres@:5433/queue?host=/tmp/pg-sock")
     assert db["PORT"] == "5433"
     assert dburl.parse(dburl.build(db)) == db
+
+
+def test_a_libpq_host_list_survives_the_round_trip() -> None:
+    """A failover pair's entry (tests/failover/pair.py): both hosts and ports, target_session_attrs in OPTIONS."""
+    db = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "app",
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "10.0.0.1,10.0.0.2",
+        "PORT": "5432,5433",
+        "OPTIONS": {"target_session_attrs": "read-write"},
+    }
+    assert dburl.parse(dburl.build(db)) == db

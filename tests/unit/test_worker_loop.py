@@ -60,6 +60,7 @@ class FakeStore:
     released: list[uuid.UUID] = field(default_factory=list)
     fail_next_claim_after_commit: bool = False
     fail_next_finish: bool = False  # the next finish raises before it writes anything
+    down: bool = False  # every claim and finish raises, as with no server to reach
     writers: list[str] = field(default_factory=list)  # the thread that wrote each batch of ends
     on_finish: Callable[[], None] | None = None  # called on the writing thread before each batch is written
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -81,6 +82,8 @@ class FakeStore:
         rescue: bool,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
         with self.lock:
+            if self.down:
+                raise OperationalError("connection failed: Connection refused")
             self.limits.append(limit)
             taken = []
             for job_id, row in self.rows.items():
@@ -108,6 +111,8 @@ class FakeStore:
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:
         with self.lock:
+            if self.down:
+                raise OperationalError("connection failed: Connection refused")
             if self.fail_next_finish:
                 self.fail_next_finish = False
                 raise OperationalError("the server closed the connection")
@@ -189,6 +194,9 @@ class FakeStore:
     def reset(self) -> None:
         pass
 
+    def connected(self) -> bool:
+        return True
+
 
 def start(store: FakeStore, **config: Any) -> tuple[Worker, threading.Thread, dict[str, int]]:
     options = {"concurrency": 3, "poll_seconds": 0.02, "listen": False, "lease_seconds": 30, "grace_seconds": 5}
@@ -223,6 +231,21 @@ def test_claims_are_sized_to_free_slots_and_never_exceed_the_concurrency():
     assert outcome == {"code": 0}
     assert all(limit <= 3 for limit in store.limits)
     assert worker.claimed == worker.finished == 7
+
+
+def test_a_stop_asked_while_the_database_is_away_still_ends_with_the_grace_period():
+    store = FakeStore()
+    store.add("fake.gated", 2)
+    worker, thread, outcome = start(store, concurrency=2, grace_seconds=0.5)
+    wait_until(lambda: len(worker.ledger) == 2, timeout=10, what="two jobs running")
+    store.down = True
+    GATE.set()  # the handlers end; their ends, which hold every slot, cannot be written
+    wait_until(lambda: worker.outage.down, timeout=10, what="the write to fail")
+    worker.request_stop()
+    thread.join(10)
+    assert not thread.is_alive(), "the worker kept retrying past its grace period"
+    assert outcome == {"code": 0}
+    assert not [f for f in store.finishes if f.outcome == "SUCCEEDED"], "nothing was written"
 
 
 def test_a_stuck_handler_is_timed_out_its_slot_taken_by_a_new_thread_and_its_late_result_dropped():
