@@ -30,8 +30,16 @@ from .queue import db
 from .queue import workflows as statements
 
 MAX_MEMBERS = 10_000
+MAX_AFTER = 100_000  # `after` entries in all: what the edges, the statements that walk them and a read cost
 EVENTS = ("success", "failure", "complete")
 CANCELLED = "Cancelled the workflow"
+
+
+def callback_run_event(dedupe_key: str | None) -> tuple[str, str]:
+    """(run, event) of a callback job, from its dedupe key: "<run>:<event>", or with the workflow's
+    id in front ("<workflow>:<run>:<event>", unique within the submitter's callback scope)."""
+    *_, run, event = ["", "", *(dedupe_key or "").split(":")]
+    return run, event
 
 
 class InvalidWorkflow(InvalidJob):
@@ -132,6 +140,11 @@ def _members(builder: WorkflowBuilder) -> list[statements.NewMember]:
         raise InvalidWorkflow("A workflow needs at least one member.")
     if len(planned) > MAX_MEMBERS:
         raise InvalidWorkflow(f"A workflow has at most {MAX_MEMBERS} members, not {len(planned)}.", field="members")
+    entries = sum(len(p.after) for p in planned)
+    if entries > MAX_AFTER:
+        raise InvalidWorkflow(
+            f"A workflow has at most {MAX_AFTER:,} `after` entries in all, not {entries:,}.", field="members"
+        )
     by_name: dict[str, int] = {}
     duplicates = []
     try:
@@ -282,11 +295,11 @@ def store(
     bound = pending_bound(submitted_by)
     with db.atomic(), tracing.publishing("workflow", members[0].queue) as trace_context:
         if bound is not None:
-            # Every member counts, WAITING ones too: they are rows the submitter made. Concurrent
-            # submissions each count in their own snapshot, as for batches.
+            # Every member counts, WAITING ones too, and each callback: they are rows the submitter
+            # makes. Concurrent submissions each count in their own snapshot, as for batches.
             held = statements.held(scope, bound)
-            if held + len(members) > bound:
-                raise TooManyUnfinished(held, bound, adding=len(members))
+            if held + len(members) + len(callbacks) > bound:
+                raise TooManyUnfinished(held, bound, adding=len(members) + len(callbacks))
         made = statements.store(
             workflow_id=workflow_id,
             name=builder.name,

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from ..models import Job, JobStatus, Workflow, WorkflowEdge
+from ..workflows import callback_run_event
 from . import graph
 from .common import STATUS_COLOURS, status_badge
 
@@ -142,7 +143,7 @@ class Callback:
 
 
 def callback_jobs(workflow_id: uuid.UUID) -> list[Callback]:
-    """The newest MAX_CALLBACKS callback jobs fired, oldest first; a callback's dedupe key is "<run>:<event>"."""
+    """The newest MAX_CALLBACKS callback jobs fired, oldest first (their dedupe keys name the run and event)."""
     rows = (
         Job.objects.filter(workflow_id=workflow_id, member_name__isnull=True)
         .order_by("-created_at")
@@ -150,7 +151,7 @@ def callback_jobs(workflow_id: uuid.UUID) -> list[Callback]:
     )
     made = []
     for pk, kind, status, key in rows:
-        run, _, event = (key or "").partition(":")
+        run, event = callback_run_event(key)
         made.append(Callback(pk, kind, status, run, event))
     return made[::-1]
 
@@ -164,5 +165,5 @@ def workflow_link(job: Job) -> str:
     link = format_html('<a href="{}" id="job-workflow">{}</a>', url, name or str(job.workflow_id)[-8:])
     if job.member_name is not None:
         return format_html("Member <strong>{}</strong> of workflow {}", job.member_name, link)
-    run, _, event = (job.dedupe_key or "").partition(":")
+    run, event = callback_run_event(job.dedupe_key)
     return format_html("Callback <strong>{}</strong> (run {}) of workflow {}", event or "?", run or "?", link)

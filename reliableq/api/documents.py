@@ -13,6 +13,7 @@ from typing import Any
 from ..models import Attempt, Job, JobStatus
 from ..queue.stats import QueueSummary
 from ..sanitize import without_traceback
+from ..workflows import callback_run_event
 
 
 @functools.lru_cache(maxsize=256)  # a batch's jobs share their created_at, updated_at and mostly run_at
@@ -93,9 +94,15 @@ def queue(summary: QueueSummary) -> dict[str, Any]:
 
 
 def workflow(
-    record: Any, members: Iterable[Job], callbacks: Iterable[Job], after: dict[Any, list[str]]
+    record: Any,
+    members: Iterable[Job],
+    callbacks: Iterable[Job],
+    after: dict[Any, list[str]],
+    *,
+    next_page: str | None = None,
 ) -> dict[str, Any]:
-    """A workflow with its members (each with the names it runs after) and the callbacks fired."""
+    """A workflow with a page of its members (each with the names it runs after), the callbacks
+    fired, and `next`, the next page's URL (None on the last)."""
     return {
         "id": str(record.id),
         "name": record.name,
@@ -108,19 +115,17 @@ def workflow(
             {"name": m.member_name, "id": str(m.id), "kind": m.kind, "status": m.status, "after": after.get(m.id, [])}
             for m in members
         ],
-        "callbacks": [
-            {
-                "event": c.dedupe_key.partition(":")[2] if c.dedupe_key else "",
-                "run": _run_of(c),
-                "id": str(c.id),
-                "kind": c.kind,
-                "status": c.status,
-            }
-            for c in callbacks
-        ],
+        "callbacks": [_callback(c) for c in callbacks],
+        "next": next_page,
     }
 
 
-def _run_of(callback: Job) -> int | None:
-    run = (callback.dedupe_key or "").partition(":")[0]
-    return int(run) if run.isdigit() else None
+def _callback(callback: Job) -> dict[str, Any]:
+    run, event = callback_run_event(callback.dedupe_key)
+    return {
+        "event": event,
+        "run": int(run) if run.isdecimal() else None,
+        "id": str(callback.id),
+        "kind": callback.kind,
+        "status": callback.status,
+    }
