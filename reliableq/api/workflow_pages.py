@@ -48,7 +48,8 @@ def page(workflow_id: uuid.UUID, *, cursor: uuid.UUID | None = None, size: int =
     more = more or kept < len(rows)
     rows = rows[:kept]
     ids = [m.id for m in rows if degrees.get(m.id)]
-    pairs = list(edges.filter(target__in=ids).order_by("id").values_list("target", "upstream"))
+    # Names in the members' own order (by id), as the pages list them.
+    pairs = list(edges.filter(target__in=ids).order_by("target", "upstream").values_list("target", "upstream"))
     names = dict(
         Job.objects.filter(pk__in=edges.filter(target__in=ids).values("upstream")).values_list("id", "member_name")
     )

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 
+from reliableq.api import workflow_pages
 from reliableq.models import Job, JobStatus, Workflow
 from reliableq.testing import drain
 
@@ -148,3 +149,69 @@ def test_a_workflow_of_n_members_counts_n_against_the_submit_rate(settings, make
     never = make_client(SUBMIT).post(URL, {"members": invalid["members"] * 4}, format="json")
     assert "6/d" in problem_of(never, 413)["detail"] and "Retry-After" not in never  # 8 > 6: no window admits it
     cache.clear()
+
+
+def dense(n: int) -> dict[str, Any]:
+    names = [f"m{i:02d}" for i in range(n)]
+    return {"members": [{"name": m, "kind": "wf.step", "payload": {}, "after": names[:i]} for i, m in enumerate(names)]}
+
+
+def pages(client: Any, first: dict[str, Any]) -> list[dict[str, Any]]:
+    """`first` and every page its `next` links lead to."""
+    found = [first]
+    while found[-1]["next"]:
+        answer = client.get(found[-1]["next"])
+        assert answer.status_code == 200, answer.content
+        found.append(answer.json())
+    return found
+
+
+def test_a_page_stops_once_its_after_lists_reach_page_after_names(make_client, monkeypatch):
+    """PAGE_AFTER lowered from 10,000 to 10: the same cut, on a graph of 20 members (190 names)."""
+    monkeypatch.setattr(workflow_pages, "PAGE_AFTER", 10)
+    client = make_client(SUBMIT)
+    made = client.post(URL, dense(20), format="json")
+    assert made.status_code == 202, made.content
+
+    read = pages(client, made.json())
+
+    by_id = [j.member_name for j in Job.objects.filter(workflow_id=made.json()["id"]).order_by("id")]
+    assert [m["name"] for p in read for m in p["members"]] == by_id
+    after = {m["name"]: m["after"] for p in read for m in p["members"]}
+    assert after == {f"m{i:02d}": [n for n in by_id if n < f"m{i:02d}"] for i in range(20)}  # in id order too
+    for page in read:
+        listed = sum(len(m["after"]) for m in page["members"])
+        assert listed <= 10 or len(page["members"]) == 1, page  # a member of 11 names or more: alone
+    assert sum(len(p["members"]) == 1 for p in read) >= 9  # m11 to m19
+    assert read[0]["callbacks"] == [] and all(p["id"] == made.json()["id"] for p in read)
+
+
+def test_a_workflows_page_size_and_cursor_are_checked_once_it_is_visible(make_client):
+    owner, stranger = make_client(SUBMIT), make_client(SUBMIT)
+    made = owner.post(URL, body(n=3), format="json").json()
+    path = f"{URL}/{made['id']}"
+
+    for query in ("page_size=0", "page_size=1001", "page_size=%C2%B2", "cursor=nope", "cursor=%27"):
+        problem_of(owner.get(f"{path}?{query}"), 400)
+    problem_of(owner.get(f"{path}?colour=red"), 400)
+    problem_of(stranger.get(f"{path}?cursor=nope"), 404)  # the same answer as for no workflow at all
+    one_by_one = pages(owner, owner.get(f"{path}?page_size=1").json())
+    assert [len(p["members"]) for p in one_by_one] == [1] * 5
+    assert sorted(m["name"] for p in one_by_one for m in p["members"]) == sorted(m["name"] for m in made["members"])
+
+
+def test_callbacks_stored_in_the_submitters_callback_scope_count_against_its_bound(make_client, settings):
+    """What the callback INSERT stores (reliableq.queue.enqueue.CALLBACK_SCOPE): every submission path counts it."""
+    settings.RELIABLEQ = {**settings.RELIABLEQ, "MAX_PENDING_PER_SUBMITTER": 2}
+    client = make_client(SUBMIT)
+    assert client.post("/v1/jobs", {"kind": "wf.step", "payload": {}}, format="json").status_code == 202
+    user = Job.objects.get().submitted_by
+    scope = Job.objects.get().dedupe_scope
+    Job.objects.create(kind="wf.callback", dedupe_scope=f"callbacks:{scope}", dedupe_key="w:1:success",
+                       submitted_by=user)  # fmt: skip
+
+    problem_of(client.post("/v1/jobs", {"kind": "wf.step", "payload": {}}, format="json"), 429)
+    problem_of(client.post("/v1/jobs/batch", {"jobs": [{"kind": "wf.step", "payload": {}}]}, format="json"), 429)
+    problem_of(client.post(URL, {"members": [{"name": "a", "kind": "wf.step", "payload": {}}]}, format="json"), 429)
+    Job.objects.filter(dedupe_scope=f"callbacks:{scope}").update(status=JobStatus.SUCCEEDED)
+    assert client.post("/v1/jobs", {"kind": "wf.step", "payload": {}}, format="json").status_code == 202
