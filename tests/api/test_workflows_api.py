@@ -185,6 +185,14 @@ def test_a_page_stops_once_its_after_lists_reach_page_after_names(make_client, m
     assert sum(len(p["members"]) == 1 for p in read) >= 9  # m11 to m19
     assert read[0]["callbacks"] == [] and all(p["id"] == made.json()["id"] for p in read)
 
+    # A cut past the first chunk of in-degrees counted (64 members): a fan-out of 100, 80 names a page.
+    monkeypatch.setattr(workflow_pages, "PAGE_AFTER", 80)
+    fan = [{"name": "root", "kind": "wf.step", "payload": {}}]
+    fan += [{"name": f"leaf-{i}", "kind": "wf.step", "payload": {}, "after": ["root"]} for i in range(99)]
+    read = pages(client, client.post(URL, {"members": fan}, format="json").json())
+    assert len(read) == 2 and sum(len(m["after"]) for m in read[0]["members"]) == 80  # (the root, by id, anywhere)
+    assert sorted(m["name"] for p in read for m in p["members"]) == sorted(m["name"] for m in fan)
+
 
 def test_a_workflows_page_size_and_cursor_are_checked_once_it_is_visible(make_client):
     owner, stranger = make_client(SUBMIT), make_client(SUBMIT)
