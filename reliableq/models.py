@@ -291,6 +291,14 @@ class Job(models.Model):
         return f"{self.kind} {self.id} ({self.status})"
 
     @property
+    def callback(self) -> tuple[str, str]:
+        """A workflow's callback job's (run, event), read from its dedupe key
+        `workflow:<workflow id>:<run>:<event>`; ("", "") for any other job."""
+        if self.workflow_id is None or self.member_name is not None or not self.dedupe_key:
+            return "", ""
+        return callback_of(self.dedupe_key)
+
+    @property
     def effect_key(self) -> str:
         """The idempotency key sent on every attempt and every replay."""
         return f"reliableq:{self.kind}:{self.id}"
@@ -302,6 +310,12 @@ class Job(models.Model):
             return self.return_value.value
         except ReturnValue.DoesNotExist:
             return None
+
+
+def callback_of(dedupe_key: str | None) -> tuple[str, str]:
+    """(run, event) of a callback's dedupe key `workflow:<workflow id>:<run>:<event>`."""
+    parts = (dedupe_key or "").split(":")
+    return (parts[2], parts[3]) if len(parts) == 4 else ("", "")
 
 
 class WorkflowEdge(models.Model):
@@ -349,6 +363,22 @@ class WorkflowCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.remaining} left of {self.target} (shard {self.shard})"
+
+
+class WorkflowCascade(models.Model):
+    """A member whose WAITING dependents a cancel has still to reach: a statement's own walk of the
+    graph stops after a bound (reliableq.queue.workflows.WALK), and hands the rest on here, to be
+    cancelled in short transactions of their own."""
+
+    id = models.BigAutoField(primary_key=True)
+    member = models.UUIDField()
+    workflow = models.UUIDField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    objects = QueueManager["WorkflowCascade"]()
+
+    def __str__(self) -> str:
+        return f"cascade from {self.member}"
 
 
 class Attempt(models.Model):

@@ -27,6 +27,9 @@ QUEUE_HELP = "a non-empty name of at most 100 characters: letters, digits and _.
 PRIORITY_RANGE = (-1000, 1000)  # lower runs first
 MAX_ATTEMPTS_RANGE = (1, 100)
 MAX_KEY_CHARS = 255  # dedupe_key and Idempotency-Key
+# A workflow callback's dedupe key is `workflow:<workflow id>:<run>:<event>`, in the scope of the
+# workflow's submitter (so that it counts toward their unfinished jobs): no other key may start so.
+CALLBACK_KEY_PREFIX = "workflow:"
 MAX_KIND_CHARS = 200
 # Deeper documents are refused: Python's json and the admin's pretty-printer recurse once per
 # level, and nothing a handler needs is nested this deep.
@@ -94,6 +97,10 @@ def key(value: Any, *, field: str = "dedupe_key") -> str:
     why = _unstorable_text(value)
     if why:
         raise InvalidJob(f"{field}: {why}", field=field)
+    if field in ("dedupe_key", "Idempotency-Key") and value.startswith(CALLBACK_KEY_PREFIX):
+        raise InvalidJob(
+            f"{field} may not start with {CALLBACK_KEY_PREFIX!r}: such keys name workflow callbacks.", field=field
+        )
     return value
 
 

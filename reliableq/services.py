@@ -23,6 +23,7 @@ from .models import BatchKey, Job, JobStatus, QueueState
 from .options import PER_JOB, JobOptions
 from .queue import db, transitions
 from .queue import enqueue as statements
+from .queue import workflows as graph
 from .queue.enqueue import CHANNEL
 from .queue.fairness import Turn, turn_for
 from .queue.prune import PURGED, RETENTION_BATCH, RETENTION_BUDGET_SECONDS, Retained, prune, purge, retain
@@ -550,6 +551,8 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
         job.refresh_from_db()
         if by is not None:
             audit.record(by, job, CANCELLED)
+    if job.workflow_id is not None:
+        graph.drain()  # the dependents the cancel handed on, now, in short transactions of their own
     return job
 
 

@@ -28,18 +28,12 @@ from .models import OnUpstreamFailure, Workflow, WorkflowStatus
 from .options import PER_JOB, JobOptions
 from .queue import db
 from .queue import workflows as statements
+from .queue.fairness import turn_for
 
 MAX_MEMBERS = 10_000
 MAX_AFTER = 100_000  # `after` entries in all: what the edges, the statements that walk them and a read cost
 EVENTS = ("success", "failure", "complete")
 CANCELLED = "Cancelled the workflow"
-
-
-def callback_run_event(dedupe_key: str | None) -> tuple[str, str]:
-    """(run, event) of a callback job, from its dedupe key: "<run>:<event>", or with the workflow's
-    id in front ("<workflow>:<run>:<event>", unique within the submitter's callback scope)."""
-    *_, run, event = ["", "", *(dedupe_key or "").split(":")]
-    return run, event
 
 
 class InvalidWorkflow(InvalidJob):
@@ -90,8 +84,9 @@ class WorkflowBuilder:
     ) -> Member:
         """A member of `kind`, run once every member in `after` succeeded (any enqueue option but the keys).
 
-        No fair_key: a member becomes due when its upstream finishes, not when it is stored, so it has
-        no turn to take; a member of a fair kind is claimed by its age (reliableq.queue.fairness)."""
+        A member of a fair kind takes its fair_key's turn when it becomes PENDING (at enqueue for a
+        member with no upstream, else at its release), so a released fan-out queues behind the other
+        keys' due work as a batch of that key would."""
         member_id = new_id()
         index = len(self._members)
         label = str(member_id) if name is None else name
@@ -102,7 +97,7 @@ class WorkflowBuilder:
                 name=label,
                 after=list(after),
                 on_upstream_failure=on_upstream_failure,
-                options=JobOptions.of(options, refused=(*PER_JOB, "fair_key"), where="workflow.add"),
+                options=JobOptions.of(options, refused=PER_JOB, where="workflow.add"),
             )
         )
         self._ids.append(member_id)
@@ -115,7 +110,7 @@ class WorkflowBuilder:
                 f"A callback's event is one of {', '.join(EVENTS)}, not {event!r}.", field="callbacks"
             )
         # A callback is due when its run decides it, and its own: no run_at, no concurrency_key.
-        refused = (*PER_JOB, "run_at", "concurrency_key", "fair_key")
+        refused = (*PER_JOB, "run_at", "concurrency_key")
         self._callbacks[event] = (kind, payload, JobOptions.of(options, refused=refused, where="workflow.on"))
 
     def enqueue(self, *, submitted_by: Any = None, dedupe_key: str | None = None) -> Workflow:
@@ -133,8 +128,10 @@ def workflow(name: str = "") -> WorkflowBuilder:
     return WorkflowBuilder(name=name)
 
 
-def _members(builder: WorkflowBuilder) -> list[statements.NewMember]:
+def _members(builder: WorkflowBuilder, submitted_by: Any = None) -> list[statements.NewMember]:
     """Check every member; the members to store, each with its upstream ids. InvalidWorkflow names the indexes."""
+    from .services import submitter_fair_key
+
     planned = builder._members
     if not planned:
         raise InvalidWorkflow("A workflow needs at least one member.")
@@ -193,7 +190,8 @@ def _members(builder: WorkflowBuilder) -> list[statements.NewMember]:
                 f"Member {index}: on_upstream_failure is 'cancel' or 'run', not {p.on_upstream_failure!r}.",
                 indexes=[index],
             )
-        budget, encoded = _checked(index, p.kind, p.payload, p.options)
+        options = submitter_fair_key(p.kind, p.options, submitted_by)
+        budget, encoded = _checked(index, p.kind, p.payload, options)
         made.append(
             statements.NewMember(
                 id=ids[index],
@@ -207,9 +205,16 @@ def _members(builder: WorkflowBuilder) -> list[statements.NewMember]:
                 concurrency_key=p.options.concurrency_key,
                 on_upstream_failure=p.on_upstream_failure,
                 after=tuple(ids[u] for u in upstream[index]),
+                fair_key=options.fair_key,
+                stride=_stride(p.kind, options.fair_key),
             )
         )
     return made
+
+
+def _stride(kind: str, fair_key: str | None) -> float | None:
+    """A fair kind's job's stride (its turn's step), else None."""
+    return turn_for(fair_key).stride if registry.handler_of(kind, "fair") else None
 
 
 def _checked(index: int, kind: str, payload: dict[str, Any] | None, options: JobOptions) -> tuple[int, str]:
@@ -240,11 +245,12 @@ def _cycle(upstream: list[list[int]]) -> list[int]:
     return [i for i, n in enumerate(waiting) if n > 0]
 
 
-def _callbacks(builder: WorkflowBuilder) -> dict[str, dict[str, Any]]:
-    from .services import check_job
+def _callbacks(builder: WorkflowBuilder, submitted_by: Any = None) -> dict[str, dict[str, Any]]:
+    from .services import check_job, submitter_fair_key
 
     made = {}
     for event, (kind, payload, options) in builder._callbacks.items():
+        options = submitter_fair_key(kind, options, submitted_by)
         try:
             budget, encoded = check_job(kind, payload, options)
         except (InvalidJob, registry.UnknownKind) as exc:
@@ -256,6 +262,9 @@ def _callbacks(builder: WorkflowBuilder) -> dict[str, dict[str, Any]]:
             "priority": options.priority,
             "max_attempts": budget,
         }
+        stride = _stride(kind, options.fair_key)
+        if stride is not None:  # a fair kind: the callback takes its key's turn when it is enqueued
+            made[event] |= {"fair_key": options.fair_key, "stride": stride}
     return made
 
 
@@ -286,8 +295,8 @@ def store(
     this submitter, (that workflow, False). Members name their upstream by the ids assigned at add()."""
     from .services import dedupe_scope, pending_bound
 
-    members = _members(builder)
-    callbacks = _callbacks(builder)
+    members = _members(builder, submitted_by)
+    callbacks = _callbacks(builder, submitted_by)
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
     workflow_id = new_id()

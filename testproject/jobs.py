@@ -337,10 +337,10 @@ if os.environ.get("RELIABLEQ_TEST_CRON"):
 @reliableq.handler("wf.step", max_attempts=2, http=True)
 def wf_step(job: ClaimedJob) -> dict[str, Any]:
     """A workflow member: fails for good if its payload says so, else returns what it saw upstream."""
-    if job.payload.get("fail"):
-        raise reliableq.PermanentError("the payload asked this member to fail")
     if job.payload.get("seconds"):
         time.sleep(float(job.payload["seconds"]))
+    if job.payload.get("fail"):
+        raise reliableq.PermanentError("the payload asked this member to fail")
     return {"member": job.member_name, "upstream": job.upstream}
 
 

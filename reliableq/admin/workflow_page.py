@@ -13,8 +13,7 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ..models import Job, JobStatus, Workflow, WorkflowEdge
-from ..workflows import callback_run_event
+from ..models import Job, JobStatus, Workflow, WorkflowEdge, callback_of
 from . import graph
 from .common import STATUS_COLOURS, status_badge
 
@@ -143,7 +142,7 @@ class Callback:
 
 
 def callback_jobs(workflow_id: uuid.UUID) -> list[Callback]:
-    """The newest MAX_CALLBACKS callback jobs fired, oldest first (their dedupe keys name the run and event)."""
+    """The newest MAX_CALLBACKS callback jobs fired, oldest first (models.callback_of reads run and event)."""
     rows = (
         Job.objects.filter(workflow_id=workflow_id, member_name__isnull=True)
         .order_by("-created_at")
@@ -151,7 +150,7 @@ def callback_jobs(workflow_id: uuid.UUID) -> list[Callback]:
     )
     made = []
     for pk, kind, status, key in rows:
-        run, event = callback_run_event(key)
+        run, event = callback_of(key)
         made.append(Callback(pk, kind, status, run, event))
     return made[::-1]
 
@@ -165,5 +164,5 @@ def workflow_link(job: Job) -> str:
     link = format_html('<a href="{}" id="job-workflow">{}</a>', url, name or str(job.workflow_id)[-8:])
     if job.member_name is not None:
         return format_html("Member <strong>{}</strong> of workflow {}", job.member_name, link)
-    run, event = callback_run_event(job.dedupe_key)
+    run, event = job.callback
     return format_html("Callback <strong>{}</strong> (run {}) of workflow {}", event or "?", run or "?", link)

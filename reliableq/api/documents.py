@@ -13,7 +13,6 @@ from typing import Any
 from ..models import Attempt, Job, JobStatus
 from ..queue.stats import QueueSummary
 from ..sanitize import without_traceback
-from ..workflows import callback_run_event
 
 
 @functools.lru_cache(maxsize=256)  # a batch's jobs share their created_at, updated_at and mostly run_at
@@ -115,17 +114,20 @@ def workflow(
             {"name": m.member_name, "id": str(m.id), "kind": m.kind, "status": m.status, "after": after.get(m.id, [])}
             for m in members
         ],
-        "callbacks": [_callback(c) for c in callbacks],
+        "callbacks": [
+            {
+                "event": c.callback[1],
+                "run": _run_of(c),
+                "id": str(c.id),
+                "kind": c.kind,
+                "status": c.status,
+            }
+            for c in callbacks
+        ],
         "next": next_page,
     }
 
 
-def _callback(callback: Job) -> dict[str, Any]:
-    run, event = callback_run_event(callback.dedupe_key)
-    return {
-        "event": event,
-        "run": int(run) if run.isdecimal() else None,
-        "id": str(callback.id),
-        "kind": callback.kind,
-        "status": callback.status,
-    }
+def _run_of(callback: Job) -> int | None:
+    run = callback.callback[0]
+    return int(run) if run.isdecimal() else None

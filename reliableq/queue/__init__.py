@@ -39,11 +39,13 @@ if TYPE_CHECKING:
     from .records import ClaimedJob, Finish, FinishResult, Rescued, progress_value
     from .rescues import RESCUE_BATCH, rescue
     from .sql import DUE_INDEX
+    from .workflows import cascade
 
 # Loaded on first use: the models import .db from this package, and the claim's modules import
 # the models, so importing the package itself must not import them.
 _HOMES = {
     "claim": "claims",
+    "cascade": "workflows",
     "finish": "finishes",
     "mark_lost": "finishes",
     "record_progress": "finishes",
@@ -80,6 +82,7 @@ __all__ = [
     "Finish",
     "FinishResult",
     "Rescued",
+    "cascade",
     "claim",
     "finish",
     "guard_claims",

@@ -44,17 +44,12 @@ def _submit_sql(keyed: bool | None) -> str:
 """
 
 
-# A workflow's callbacks are its submitter's jobs, kept in a scope of their own so that their dedupe keys
-# ("<workflow>:<run>:<event>", once per run) stay out of reach of the submitter's Idempotency-Keys.
-CALLBACK_SCOPE = "callbacks:"  # + the submitter's scope ("user:<pk>"; "" for code)
-
-# The submitter's unfinished jobs and callbacks, counted up to the bound through
-# reliableq_job_submitter_open (its predicate written out, so that the planner can use the partial index).
+# The submitter's unfinished jobs, counted up to the bound through reliableq_job_submitter_open (its
+# predicate written out, so that the planner can use the partial index).
 HELD_SQL = f"""
     SELECT count(*) AS n FROM (
-        SELECT 1 FROM (SELECT %s::text AS scope) me
-          JOIN {JOB} j ON j.dedupe_scope IN (me.scope, '{CALLBACK_SCOPE}' || me.scope)
-         WHERE j.dedupe_scope <> '' AND j.status IN ({S.WAITING}, {S.PENDING}, {S.RUNNING})
+        SELECT 1 FROM {JOB}
+         WHERE dedupe_scope = %s AND dedupe_scope <> '' AND status IN ({S.WAITING}, {S.PENDING}, {S.RUNNING})
          LIMIT %s
     ) held
 """

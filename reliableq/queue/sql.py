@@ -22,6 +22,7 @@ from ..models import (
     RateWindow,
     ReturnValue,
     Workflow,
+    WorkflowCascade,
     WorkflowCount,
     WorkflowEdge,
     WorkflowStatus,
@@ -68,6 +69,9 @@ EDGE = WorkflowEdge._meta.db_table
 
 
 COUNT = WorkflowCount._meta.db_table
+
+
+CASCADE_TABLE = WorkflowCascade._meta.db_table
 
 
 DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs should read

@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..rules import CALLBACK_KEY_PREFIX
 from . import db, transitions
 from .enqueue import CHANNEL, HELD_SQL
-from .sql import COUNT, EDGE, JOB, WORKFLOW, S
+from .fairness import first_turn_sql
+from .sql import CASCADE_TABLE, COUNT, EDGE, JOB, WORKFLOW, S
 
 DIRECT_MAX = 16  # a target with at most this many upstreams counts them in one row
 MAX_SHARDS = 64
@@ -58,6 +61,8 @@ class NewMember:
     concurrency_key: str | None
     on_upstream_failure: str
     after: tuple[uuid.UUID, ...]
+    fair_key: str | None = None
+    stride: float | None = None  # a fair kind's: its turn is taken when it becomes PENDING
 
 
 def store(
@@ -121,29 +126,35 @@ def store(
         )
         if cursor.fetchone() is None:
             return False
+        # A root of a fair kind takes its turn now (as a batch's jobs do); a member that waits keeps
+        # its stride in fair_seq, and takes its turn when its release makes it PENDING (_ended).
         cursor.execute(
             f"""
-            WITH inserted AS (
+            WITH m AS MATERIALIZED (
+                SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
+                                     %s::timestamptz[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::float8[])
+                       AS m(id, name, kind, queue, priority, payload, budget, run_at, key, failure, roots, fair_key,
+                            stride)
+            ),
+            wf_roots AS MATERIALIZED (SELECT id, queue, kind, priority, fair_key, stride FROM m WHERE roots),
+            {_turns("wf_roots")},
+            inserted AS (
                 INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
                                    worker_id, last_error, dedupe_scope, submitted_by, concurrency_key, trace_context,
-                                   workflow_id, member_name, on_upstream_failure, created_at, updated_at)
+                                   workflow_id, member_name, on_upstream_failure, created_at, updated_at, fair_key,
+                                   fair_seq)
                 SELECT m.id, m.kind, m.queue, m.priority, m.payload::jsonb,
                        CASE WHEN m.roots THEN {S.PENDING} ELSE {S.WAITING} END, 0, m.budget,
                        GREATEST(COALESCE(m.run_at, now()), now()), '', '', %s, %s, m.key, %s::jsonb,
-                       %s, m.name, m.failure, now(), now()
-                  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-                              %s::timestamptz[], %s::text[], %s::text[], %s::bool[])
-                       AS m(id, name, kind, queue, priority, payload, budget, run_at, key, failure, roots)
+                       %s, m.name, m.failure, now(), now(), m.fair_key,
+                       CASE WHEN m.roots THEN ((SELECT t.m FROM wf_turns t) ->> m.id::text)::float8 ELSE m.stride END
+                  FROM m
                 RETURNING queue, status, run_at
             )
             SELECT pg_notify('{CHANNEL}', queue)
               FROM (SELECT DISTINCT queue FROM inserted WHERE status = {S.PENDING} AND run_at <= now()) woken
             """,
             [
-                scope,
-                submitted_by,
-                trace_context,
-                workflow_id,
                 [m.id for m in members],
                 [m.name for m in members],
                 [m.kind for m in members],
@@ -156,6 +167,12 @@ def store(
                 # A root has no upstream to fail: "" (as a job of no workflow), so its claim reads none.
                 [m.on_upstream_failure if m.after else "" for m in members],
                 [not m.after for m in members],
+                [m.fair_key for m in members],
+                [m.stride for m in members],
+                scope,
+                submitted_by,
+                trace_context,
+                workflow_id,
             ],
         )
         cursor.execute(
@@ -180,39 +197,66 @@ def held(scope: str, bound: int) -> int:
         return int(cursor.fetchone()[0])
 
 
+def _map(rows: str, key: str, value: str) -> str:
+    """A jsonb object from `rows`, `key` (as text) to `value`: read by ->> in O(log n) per row.
+
+    A statement that asks, for each of n rows, whether it is among m others (or what another CTE
+    says of it) does so through such an object, never by `= ANY(ARRAY(...))` as a filter or a
+    subquery over a CTE per row, which cost n x m: a 10,000-member chain's cancel took 21 s so."""
+    return f"(SELECT COALESCE(jsonb_object_agg({key}, {value}), '{{}}'::jsonb) AS m FROM {rows})"
+
+
+def _walk(start: str, step: str, limit: int) -> str:
+    """The members reachable from the ids of `start` by edges to members that satisfy `step` (a
+    condition on the member j), transitively, breadth first, at most `limit` of them.
+
+    Each step is a probe of the edges' upstream index and of the jobs' primary key per row (OFFSET 0
+    keeps each LATERAL a subquery of its own), so no statistics can make it a walk of either table;
+    UNION keeps each member once, and the LIMIT stops the recursion once it has enough."""
+    probe = f"""CROSS JOIN LATERAL (SELECT e.target FROM {EDGE} e WHERE e.upstream = s.id OFFSET 0) e
+        CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND {step} OFFSET 0) j"""
+    return f"""WITH RECURSIVE reach(id) AS (
+        SELECT j.id FROM {start} s {probe}
+        UNION
+        SELECT j.id FROM reach s {probe}
+    ) SELECT id FROM reach LIMIT {int(limit)}"""
+
+
 def _recount(opened: str, ended: bool) -> str:
     """CTEs that count the ends (or, a replay, the reopenings) of the members in `opened` (id, status).
 
     An end takes one off `remaining` of each target's shard its edge names (and adds one to `failed`
     if it was not a success); a reopening gives them back. A shard that reaches zero takes one off
     its target's total and hands it its failures; a shard that leaves zero takes them back. Ends
-    `wf_tops` (target, remaining, failed, workflow of each total changed). The counts take their
-    deltas by subqueries on the locked ids, never by a join: with a count table analyzed small, a
-    join was planned as a scan of all of it for each shard changed."""
+    `wf_tops` (target, remaining, failed, workflow of each total changed). Rows are locked by key in
+    a set order, then updated by key, each reading its delta from a jsonb object (see _map)."""
     step = "-1" if ended else "1"
-    succeeded = f"ARRAY(SELECT id FROM {opened} WHERE status = {S.SUCCEEDED})"
-    failed = f"CASE WHEN e.upstream = ANY({succeeded}) THEN 0 ELSE 1 END" if ended else "-1"
-    # The edges by their upstream ids alone, not joined to `opened` (one row per job): with the
-    # edges analyzed empty, the join was planned as a scan of all of them for each job.
+    failed = f"CASE WHEN (SELECT m FROM wf_opened_map) ->> e.upstream::text = {S.SUCCEEDED} THEN 0 ELSE 1 END"
+    shard_key = "c.target::text || ':' || c.shard::text"
+    delta_map = _map("wf_delta WHERE shard >= 0", "target::text || ':' || shard::text", "jsonb_build_array(dr, df)")
     return f"""
+wf_opened_map AS MATERIALIZED {_map(opened, "id::text", "status")},
 wf_delta AS MATERIALIZED (
-    SELECT e.target, e.shard, sum({step})::int AS dr, sum({failed})::int AS df
+    SELECT e.target, e.shard, sum({step})::int AS dr, sum({failed if ended else "-1"})::int AS df
       FROM {EDGE} e
      WHERE e.upstream = ANY(ARRAY(SELECT id FROM {opened}))
      GROUP BY e.target, e.shard
 ),
+wf_delta_map AS MATERIALIZED {delta_map},
 wf_shard_locks AS MATERIALIZED (
-    SELECT c.id, d.dr, d.df FROM {COUNT} c JOIN wf_delta d ON d.target = c.target AND d.shard = c.shard
-     WHERE c.target = ANY(ARRAY(SELECT target FROM wf_delta WHERE shard >= 0)) AND c.shard >= 0
+    SELECT c.id FROM {COUNT} c
+     WHERE c.target = ANY(ARRAY(SELECT DISTINCT target FROM wf_delta WHERE shard >= 0)) AND c.shard >= 0
+       AND (SELECT m FROM wf_delta_map) ? ({shard_key})
      ORDER BY c.target, c.shard FOR UPDATE OF c
 ),
 wf_shards AS (
-    UPDATE {COUNT} c SET (remaining, failed) = (
-               SELECT c.remaining + l.dr, c.failed + l.df FROM wf_shard_locks l WHERE l.id = c.id)
+    UPDATE {COUNT} c
+       SET remaining = c.remaining + ((SELECT m FROM wf_delta_map) -> ({shard_key}) ->> 0)::int,
+           failed = c.failed + ((SELECT m FROM wf_delta_map) -> ({shard_key}) ->> 1)::int
      WHERE c.id = ANY(ARRAY(SELECT id FROM wf_shard_locks))
  RETURNING c.target, c.remaining, c.failed,
-           (SELECT l.dr FROM wf_shard_locks l WHERE l.id = c.id) AS dr,
-           (SELECT l.df FROM wf_shard_locks l WHERE l.id = c.id) AS df
+           ((SELECT m FROM wf_delta_map) -> ({shard_key}) ->> 0)::int AS dr,
+           ((SELECT m FROM wf_delta_map) -> ({shard_key}) ->> 1)::int AS df
 ),
 wf_total_delta AS MATERIALIZED (
     SELECT target, sum(dr)::int AS dr, sum(df)::int AS df FROM (
@@ -223,109 +267,178 @@ wf_total_delta AS MATERIALIZED (
         SELECT target, 1, df - failed FROM wf_shards WHERE remaining > 0 AND remaining - dr = 0
     ) t GROUP BY target
 ),
+wf_total_map AS MATERIALIZED {_map("wf_total_delta", "target::text", "jsonb_build_array(dr, df)")},
 wf_total_locks AS MATERIALIZED (
     SELECT c.id FROM {COUNT} c
      WHERE c.target = ANY(ARRAY(SELECT target FROM wf_total_delta)) AND c.shard = -1
      ORDER BY c.target FOR UPDATE
 ),
 wf_tops AS (
-    UPDATE {COUNT} c SET (remaining, failed) = (
-               SELECT c.remaining + t.dr, c.failed + t.df FROM wf_total_delta t WHERE t.target = c.target)
+    UPDATE {COUNT} c
+       SET remaining = c.remaining + ((SELECT m FROM wf_total_map) -> c.target::text ->> 0)::int,
+           failed = c.failed + ((SELECT m FROM wf_total_map) -> c.target::text ->> 1)::int
      WHERE c.id = ANY(ARRAY(SELECT id FROM wf_total_locks)) AND c.shard = -1
  RETURNING c.target, c.remaining, c.failed, c.workflow
 )"""
 
 
-def _closure(start: str, step: str) -> str:
-    """A recursive query of the members reachable from the ids of `start` by edges to members
-    that satisfy `step` (a condition on the member j), transitively.
-
-    Each step is a probe of the edges' upstream index and of the jobs' primary key per row (OFFSET 0
-    keeps each LATERAL a subquery of its own), so no statistics can make it a walk of either table."""
-    probe = f"""CROSS JOIN LATERAL (SELECT e.target FROM {EDGE} e WHERE e.upstream = s.id OFFSET 0) e
-        CROSS JOIN LATERAL (SELECT j.id FROM {JOB} j WHERE j.id = e.target AND {step} OFFSET 0) j"""
-    return f"""WITH RECURSIVE reach(id) AS (
-        SELECT j.id FROM {start} s {probe}
-        UNION
-        SELECT j.id FROM reach s {probe}
-    ) SELECT id FROM reach"""
+# How many members one statement's walk of the graph cancels before it hands the rest on
+# (WorkflowCascade): what a finish can add to a batch of other jobs' ends, whatever the graph.
+WALK = 200
+# How many members a hand-off's own transaction cancels (cascade()): one short statement each.
+CASCADE = 500
 
 
-def _ended(rows: str) -> str:
-    """The CTEs a member's end adds to its statement (transitions.ENDED).
+def _ended(rows: str | None, *, walk: int = WALK) -> str:
+    """The CTEs that follow ends of members (transitions.ENDED): the WAITING dependents of the
+    members that failed are cancelled (their error names the upstream that doomed them),
+    transitively, at most `walk` of them here and the rest handed on (WorkflowCascade); every end
+    is counted, what waited on the ends is released, and a workflow whose count reaches zero ends
+    and enqueues its callbacks.
+
+    `rows` (id, status, workflow_id) are the jobs the statement ended; None: the statement ended
+    none, and walks on from `wf_picked` (member ids handed on earlier: cascade()).
 
     A callback already stored (the failure callback an earlier failure fired) is read, not inserted
     again: ON CONFLICT alone waits for the key's holder, and a finish ending that callback's job
     holds its key while it may wait for a count this statement has locked."""
+    if rows is None:
+        src = "SELECT NULL::uuid AS id, NULL::text AS status, NULL::uuid AS workflow_id WHERE false"
+        start = f"""SELECT j.id, j.status, j.workflow_id FROM {JOB} j
+                     WHERE j.id = ANY(ARRAY(SELECT member FROM wf_picked)) AND j.status IN ({S.DEAD}, {S.CANCELLED})"""
+    else:
+        src = f"SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL"
+        start = f"SELECT id, status, workflow_id FROM wf_src WHERE status <> {S.SUCCEEDED}"
     doomed_step = (
         f"j.status = {S.WAITING} AND j.on_upstream_failure = {S.cancel}"
-        " AND NOT (j.id = ANY(ARRAY(SELECT id FROM wf_src)))"
+        " AND NOT ((SELECT m FROM wf_src_map) ? j.id::text)"
     )
-    return f"""wf_src AS MATERIALIZED (SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL),
-wf_failed AS MATERIALIZED (SELECT id FROM wf_src WHERE status <> {S.SUCCEEDED}),
-wf_doomed AS MATERIALIZED ({_closure("wf_failed", doomed_step)}),
+    cause = "(SELECT m FROM wf_from_map) ? e.upstream::text OR (SELECT m FROM wf_doomed_map) ? e.upstream::text"
+    key = callback_key("f.workflow_id", "f.run", "f.event")
+    return f"""wf_src AS MATERIALIZED ({src}),
+wf_src_map AS MATERIALIZED {_map("wf_src", "id::text", "status")},
+wf_from AS MATERIALIZED ({start}),
+wf_from_map AS MATERIALIZED {_map("wf_from", "id::text", "status")},
+wf_walk AS MATERIALIZED ({_walk("wf_from", doomed_step, walk + 1)}),
+wf_doomed AS MATERIALIZED (SELECT id FROM wf_walk LIMIT {int(walk)}),
+wf_doomed_map AS MATERIALIZED {_map("wf_doomed", "id::text", "true")},
 wf_cause AS MATERIALIZED (
-    SELECT DISTINCT ON (e.target) e.target, e.upstream, COALESCE(f.status, {S.CANCELLED}) AS status
-      FROM {EDGE} e LEFT JOIN wf_src f ON f.id = e.upstream
-     WHERE e.target = ANY(ARRAY(SELECT id FROM wf_doomed))
-       AND (e.upstream = ANY(ARRAY(SELECT id FROM wf_failed)) OR e.upstream = ANY(ARRAY(SELECT id FROM wf_doomed)))
-     ORDER BY e.target, f.id IS NULL
+    SELECT d.id AS target,
+           format('{UPSTREAM_CANCELLED} member %%s (%%s) ended %%s',
+                  (SELECT u.member_name FROM {JOB} u WHERE u.id = c.upstream), c.upstream,
+                  COALESCE((SELECT m FROM wf_from_map) ->> c.upstream::text, {S.CANCELLED})) AS message
+      FROM wf_doomed d CROSS JOIN LATERAL (
+          SELECT e.upstream FROM {EDGE} e WHERE e.target = d.id AND ({cause})
+           ORDER BY (SELECT m FROM wf_from_map) ? e.upstream::text DESC LIMIT 1) c
 ),
+wf_cause_map AS MATERIALIZED {_map("wf_cause", "target::text", "message")},
 wf_cancelled AS (
     UPDATE {JOB} j
        SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
-           last_error = format('{UPSTREAM_CANCELLED} member %%s (%%s) ended %%s',
-                               (SELECT u.member_name FROM {JOB} u WHERE u.id = c.upstream), c.upstream, c.status)
-      FROM wf_cause c
-     WHERE j.id = ANY(ARRAY(SELECT target FROM wf_cause)) AND j.id = c.target AND j.status = {S.WAITING}
+           last_error = (SELECT m FROM wf_cause_map) ->> j.id::text
+     WHERE j.id = ANY(ARRAY(SELECT id FROM wf_doomed)) AND j.status = {S.WAITING}
  RETURNING j.id, j.status, j.workflow_id
+),
+wf_handed AS (
+    INSERT INTO {CASCADE_TABLE} (member, workflow, created_at)
+    SELECT f.id, f.workflow_id, now()
+      FROM (SELECT id, workflow_id FROM wf_from UNION ALL SELECT id, workflow_id FROM wf_cancelled) f
+     WHERE (SELECT count(*) FROM wf_walk) > {int(walk)}
+       AND EXISTS (SELECT 1 FROM {EDGE} e
+                    WHERE e.upstream = f.id AND NOT ((SELECT m FROM wf_doomed_map) ? e.target::text)
+                      AND EXISTS (SELECT 1 FROM {JOB} j WHERE j.id = e.target AND {doomed_step}))
+ RETURNING member
 ),
 wf_ended AS MATERIALIZED (
     SELECT id, status, workflow_id FROM wf_src UNION ALL SELECT id, status, workflow_id FROM wf_cancelled
 ),{_recount("wf_ended", ended=True)},
-wf_zero AS MATERIALIZED (SELECT target, failed FROM wf_tops WHERE remaining = 0),
+wf_zero AS MATERIALIZED (SELECT target, failed, workflow FROM wf_tops WHERE remaining = 0),
+wf_zero_map AS MATERIALIZED {_map("wf_zero", "target::text", "failed")},
+wf_release AS MATERIALIZED (
+    SELECT j.id, j.queue, j.kind, j.priority, j.fair_key, j.fair_seq AS stride FROM {JOB} j
+     WHERE j.id = ANY(ARRAY(SELECT target FROM wf_zero WHERE target <> workflow)) AND j.status = {S.WAITING}
+       AND NOT ((SELECT m FROM wf_opened_map) ? j.id::text)
+       AND (j.on_upstream_failure = {S.run} OR ((SELECT m FROM wf_zero_map) ->> j.id::text)::int = 0)
+),{_turns("wf_release")},
 wf_released AS (
-    UPDATE {JOB} j SET status = {S.PENDING}, run_at = GREATEST(j.run_at, now()), updated_at = now()
-     WHERE j.id = ANY(ARRAY(SELECT target FROM wf_zero)) AND j.status = {S.WAITING}
-       AND NOT (j.id = ANY(ARRAY(SELECT id FROM wf_ended)))
-       AND (j.on_upstream_failure = {S.run} OR (SELECT z.failed FROM wf_zero z WHERE z.target = j.id) = 0)
+    UPDATE {JOB} j SET status = {S.PENDING}, run_at = GREATEST(j.run_at, now()), updated_at = now(),
+           fair_seq = ((SELECT m FROM wf_turns) ->> j.id::text)::float8
+     WHERE j.id = ANY(ARRAY(SELECT id FROM wf_release)) AND j.status = {S.WAITING}
  RETURNING j.id, pg_notify('{CHANNEL}', j.queue)
 ),
 wf_done AS (
     UPDATE {WORKFLOW} w
        SET status = CASE WHEN w.cancel_requested_at IS NOT NULL THEN {S.CANCELLED}
-                         WHEN (SELECT z.failed FROM wf_zero z WHERE z.target = w.id) > 0 THEN {S.FAILED}
+                         WHEN ((SELECT m FROM wf_zero_map) ->> w.id::text)::int > 0 THEN {S.FAILED}
                          ELSE {S.SUCCEEDED} END,
            finished_at = now(), updated_at = now()
-     WHERE w.id = ANY(ARRAY(SELECT target FROM wf_zero))
- RETURNING w.id, w.run, w.status, w.callbacks
+     WHERE w.id = ANY(ARRAY(SELECT target FROM wf_zero WHERE target = workflow))
+ RETURNING w.id, w.run, w.status, w.callbacks, w.dedupe_scope, w.submitted_by
 ),
 wf_fire AS MATERIALIZED (
-    SELECT d.id AS workflow_id, d.run, ev.event, d.callbacks -> ev.event AS cb
+    SELECT d.id AS workflow_id, d.run, ev.event, d.callbacks -> ev.event AS cb, d.dedupe_scope, d.submitted_by
       FROM wf_done d CROSS JOIN (VALUES ('success'), ('failure'), ('complete')) AS ev(event)
      WHERE d.callbacks ? ev.event
        AND (ev.event = 'complete' OR (ev.event = 'success') = (d.status = {S.SUCCEEDED}))
     UNION ALL
-    SELECT w.id, w.run, 'failure', w.callbacks -> 'failure'
+    SELECT w.id, w.run, 'failure', w.callbacks -> 'failure', w.dedupe_scope, w.submitted_by
       FROM {WORKFLOW} w
-     WHERE w.id = ANY(ARRAY(SELECT workflow_id FROM wf_ended WHERE status <> {S.SUCCEEDED}))
+     WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM wf_ended WHERE status <> {S.SUCCEEDED}))
        AND NOT (w.id = ANY(ARRAY(SELECT id FROM wf_done))) AND w.callbacks ? 'failure'
 ),
 wf_callbacks AS (
     INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,
-                       last_error, dedupe_key, dedupe_scope, submitted_by, workflow_id, created_at, updated_at)
+                       last_error, dedupe_key, dedupe_scope, submitted_by, workflow_id, created_at, updated_at,
+                       fair_key, fair_seq)
     SELECT gen_random_uuid(), f.cb ->> 'kind', f.cb ->> 'queue', (f.cb ->> 'priority')::int,
            COALESCE(f.cb -> 'payload', '{{}}'::jsonb) || jsonb_build_object('workflow', f.workflow_id::text),
-           {S.PENDING}, 0, (f.cb ->> 'max_attempts')::int, now(), '', '', f.run || ':' || f.event,
-           'workflow:' || f.workflow_id::text, '', f.workflow_id, now(), now()
+           {S.PENDING}, 0, (f.cb ->> 'max_attempts')::int, now(), '', '', {key},
+           f.dedupe_scope, f.submitted_by, f.workflow_id, now(), now(), f.cb ->> 'fair_key',
+           CASE WHEN f.cb ? 'stride' THEN {_CALLBACK_TURN} END
       FROM wf_fire f
      WHERE (SELECT count(*) FROM wf_tops) >= 0
-       AND NOT EXISTS (SELECT 1 FROM {JOB} k WHERE k.dedupe_scope = 'workflow:' || f.workflow_id::text
-                                             AND k.dedupe_key = f.run || ':' || f.event)
+       AND NOT EXISTS (SELECT 1 FROM {JOB} k WHERE k.dedupe_scope = f.dedupe_scope
+                                             AND k.dedupe_key = {key})
      ORDER BY f.workflow_id, f.event
     ON CONFLICT DO NOTHING
  RETURNING id, pg_notify('{CHANNEL}', queue)
 )"""
+
+
+def _turns(release: str) -> str:
+    """`wf_turns`: the fair turn of each member of `release` (id, queue, kind, priority, fair_key,
+    stride) that has a stride (a member of a fair kind keeps its stride in fair_seq while it waits):
+    its key's next turns, one stride apart, read once per (queue, kind, priority, key), as a batch's."""
+    first = first_turn_sql(
+        keyed=None, queue="g.queue", kind="g.kind", priority="g.priority", key="g.fair_key", stride="g.stride"
+    )
+    turns = f"""(SELECT r.id, t.first + r.stride * (row_number() OVER (
+                    PARTITION BY r.queue, r.kind, r.priority, r.fair_key, r.stride ORDER BY r.id) - 1) AS seq
+               FROM {release} r JOIN wf_turn_first t
+                 ON t.queue = r.queue AND t.kind = r.kind AND t.priority = r.priority
+                AND t.fair_key IS NOT DISTINCT FROM r.fair_key AND t.stride = r.stride) turns"""
+    return f"""
+wf_turn_first AS MATERIALIZED (
+    SELECT g.queue, g.kind, g.priority, g.fair_key, g.stride, {first} AS first
+      FROM (SELECT DISTINCT queue, kind, priority, fair_key, stride FROM {release} WHERE stride IS NOT NULL) g
+),
+wf_turns AS MATERIALIZED {_map(turns, "id::text", "seq")}"""
+
+
+# A callback of a fair kind takes its turn as it is enqueued (its spec holds its key's stride).
+_CALLBACK_TURN = first_turn_sql(
+    keyed=None,
+    queue="(f.cb ->> 'queue')",
+    kind="(f.cb ->> 'kind')",
+    priority="(f.cb ->> 'priority')::int",
+    key="(f.cb ->> 'fair_key')",
+    stride="(f.cb ->> 'stride')::float8",
+)
+
+
+def callback_key(workflow: str, run: str, event: str) -> str:
+    """SQL: a callback's dedupe key, `workflow:<id>:<run>:<event>`, unique in its submitter's scope."""
+    return f"'{CALLBACK_KEY_PREFIX}' || {workflow}::text || ':' || {run}::text || ':' || {event}"
 
 
 def _reopened(rows: str) -> str:
@@ -338,15 +451,19 @@ def _reopened(rows: str) -> str:
     are inserted after them, in one order (by workflow, then event): CTEs run in no set order, and
     a finish holding a count may be waiting for that row, or for a callback's key."""
     by_upstream = f"j.status = {S.CANCELLED} AND j.last_error LIKE '{UPSTREAM_CANCELLED} %%'"
+    everything = 2**31 - 1  # a replay walks as far as the graph goes (an operator's action, not a worker's)
+    unblocked = f"{by_upstream} AND NOT ((SELECT m FROM wf_blocked_map) ? j.id::text)"
     return f"""wf_r AS MATERIALIZED (SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL),
+wf_r_map AS MATERIALIZED {_map("wf_r", "id::text", "true")},
 wf_blockers AS MATERIALIZED (
     SELECT u.id FROM {JOB} u
-     WHERE u.workflow_id = ANY(ARRAY(SELECT workflow_id FROM wf_r)) AND u.member_name IS NOT NULL
-       AND ((u.status = {S.DEAD} AND NOT (u.id = ANY(ARRAY(SELECT id FROM wf_r))))
+     WHERE u.workflow_id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM wf_r)) AND u.member_name IS NOT NULL
+       AND ((u.status = {S.DEAD} AND NOT ((SELECT m FROM wf_r_map) ? u.id::text))
             OR (u.status = {S.CANCELLED} AND u.last_error NOT LIKE '{UPSTREAM_CANCELLED} %%'))
 ),
-wf_blocked AS MATERIALIZED ({_closure("wf_blockers", by_upstream)}),
-wf_reach AS MATERIALIZED ({_closure("wf_r", f"{by_upstream} AND NOT (j.id = ANY(ARRAY(SELECT id FROM wf_blocked)))")}),
+wf_blocked AS MATERIALIZED ({_walk("wf_blockers", by_upstream, everything)}),
+wf_blocked_map AS MATERIALIZED {_map("wf_blocked", "id::text", "true")},
+wf_reach AS MATERIALIZED ({_walk("wf_r", unblocked, everything)}),
 wf_rewaited AS (
     UPDATE {JOB} j SET status = {S.WAITING}, finished_at = NULL, last_error = '', updated_at = now()
      WHERE j.id = ANY(ARRAY(SELECT id FROM wf_reach)) AND j.status = {S.CANCELLED}
@@ -358,7 +475,7 @@ wf_opened AS MATERIALIZED (
 wf_new_run AS (
     UPDATE {WORKFLOW} w SET run = w.run + 1, status = {S.RUNNING}, finished_at = NULL, cancel_requested_at = NULL,
            updated_at = now()
-     WHERE w.id = ANY(ARRAY(SELECT workflow_id FROM wf_r))
+     WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM wf_r))
        AND (SELECT count(*) FROM wf_tops) >= 0
  RETURNING w.id
 )"""
@@ -406,6 +523,52 @@ def cancel_stuck(ended: Sequence[uuid.UUID]) -> int:
             ended = [row[0] for row in cursor.fetchall()]
             total += len(ended)
     return total
+
+
+_CASCADE_SQL = f"""
+    WITH wf_picked AS MATERIALIZED (
+        SELECT id, member FROM {CASCADE_TABLE} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+    ),
+    wf_taken AS (DELETE FROM {CASCADE_TABLE} WHERE id = ANY(ARRAY(SELECT id FROM wf_picked))),
+    {_ended(None, walk=CASCADE)}
+    SELECT (SELECT count(*) FROM wf_picked), ARRAY(SELECT id FROM wf_cancelled),
+           EXISTS (SELECT 1 FROM wf_zero WHERE failed > 0)
+"""
+
+
+def handed_on(*, older_than: float) -> bool:
+    """Whether a cancel handed on more than `older_than` seconds ago is still waiting to go on."""
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {CASCADE_TABLE} WHERE created_at < now() - make_interval(secs => %s))",
+            [older_than],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def drain(*, seconds: float = 5.0) -> int:
+    """cascade() until nothing is handed on, or for about `seconds`; how many dependents it cancelled.
+
+    For an operator's cancel or replay, after its own transaction: the worker's writer and the
+    maintenance leader take whatever is left."""
+    deadline = time.monotonic() + seconds
+    total = 0
+    while True:
+        taken, cancelled = cascade()
+        total += cancelled
+        if not taken or time.monotonic() >= deadline:
+            return total
+
+
+def cascade(*, members: int = 50) -> tuple[int, int]:
+    """Cancel onward from up to `members` members handed on (WorkflowCascade), in one short
+    transaction: at most CASCADE dependents, the rest handed on again. Returns (members taken,
+    dependents cancelled); (0, 0) when nothing was handed on."""
+    with db.atomic(), db.cursor() as cursor:
+        db.run(cursor, _CASCADE_SQL, [members])
+        taken, cancelled, again = cursor.fetchone()
+        stuck = cancel_stuck(cancelled) if again else 0
+    return int(taken), len(cancelled) + stuck
 
 
 def hook(rows: str, change: str) -> str:

@@ -51,18 +51,40 @@ class Writer(threading.Thread):
     def write(self, batch: list[tuple[Finish, bool]]) -> None:
         self._batches.put(batch)
 
+    def cascade(self) -> None:
+        """Take up what a workflow member's end handed on (an empty batch asks for that alone)."""
+        self._batches.put([])
+
     def run(self) -> None:
+        cascading = False
         while True:
+            # A long workflow's cancel goes on here, one short transaction at a time, only while no
+            # batch of ends waits: the ends of other jobs never wait behind it for more than one.
+            if cascading and self._batches.empty():
+                cascading = self._cascade()
+                continue
             batch = self._batches.get()
             if batch is None:
                 self._store.reset()
                 return
+            cascading = cascading or not batch or hands_on(batch)
+            if not batch:
+                continue
             try:
                 written = Written(batch, self._store.finish([f for f, _ in batch]))
             except (DatabaseError, InterfaceError) as exc:
                 self._store.reset()  # this thread's connection: the next batch opens a fresh one
                 written = Written(batch, None, exc)
             self._post(written)
+
+    def _cascade(self) -> bool:
+        """One step of a handed-on cancel; whether there may be more."""
+        try:
+            return self._store.cascade() > 0
+        except (DatabaseError, InterfaceError) as exc:
+            self._store.reset()  # the maintenance leader takes it up at its next round
+            logger.warning("could not go on cancelling a workflow's dependents: %s", exc)
+            return False
 
     def stop(self) -> None:
         self._batches.put(None)
@@ -123,6 +145,8 @@ class Completer:
         except BaseException:
             self._unwritten, self._writing = self._writing + self._unwritten, []
             raise
+        if self._writer is not None and hands_on(self._writing):
+            self._writer.cascade()
         self.apply(Written(self._writing, result))
 
     def apply(self, written: Written) -> None:
@@ -166,6 +190,12 @@ class Completer:
                 )
         if ends:
             signals.send_ended(ends)
+
+
+def hands_on(batch: list[tuple[Finish, bool]]) -> bool:
+    """Whether a batch's ends may have handed a workflow's cancel on: a member that ended and did not
+    succeed (a retry is not an end; a cancel request may turn one into a CANCELLED end)."""
+    return any(f.workflow and f.status != JobStatus.SUCCEEDED for f, _ in batch)
 
 
 def fields(job_id: Any, kind: Any, attempt: Any, token: Any, **more: Any) -> dict[str, Any]:

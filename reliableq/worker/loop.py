@@ -196,6 +196,7 @@ class Worker:
             schedule_seconds=c.schedule_seconds,
             retention_seconds=c.retention_seconds,
             has_crons=bool(registry.crons()),
+            cascade=writer.cascade,
         )
         heartbeat = Heartbeat(
             store=self.store,

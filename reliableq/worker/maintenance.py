@@ -1,4 +1,5 @@
-"""The fleet's maintenance, done by one elected worker: rescue of expired leases, cron slots, retention.
+"""The fleet's maintenance, done by one elected worker: rescue of expired leases, the rest of long
+workflow cancels, cron slots, retention.
 
 Every worker runs this service; one of them holds the `maintenance` lease (reliableq.queue.leadership)
 and does the duties, the others only try now and then to take the lease over. The holder renews
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 from .store import Store
 
@@ -47,8 +49,10 @@ class Maintenance:
         schedule_seconds: float,
         retention_seconds: float,
         has_crons: bool,
+        cascade: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
+        self._cascade = cascade
         self._worker_id = worker_id
         self._queues = queues
         self._lead_seconds = lead_seconds(lease_seconds, rescue_seconds)
@@ -72,6 +76,10 @@ class Maintenance:
         if self._due("rescue", now):
             self._store.guard_claims(self._queues)
             self._store.rescue()
+            # A cancel handed on and not taken up (its worker died): this worker's completer takes it
+            # up, off this thread, which claims.
+            if self._store.handed_on(older_than=self._intervals["rescue"]):
+                self._cascade()
         if self._has_crons and self._due("schedule", now):
             self._store.schedule_cron()
         if self._due("retain", now):

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .. import floors, registry, services
 from .. import queue as jobqueue
-from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers
+from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers, workflows
 from ..registry import Limits
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
@@ -59,6 +59,13 @@ class Store(Protocol):
     def resign(self, name: str, *, token: uuid.UUID) -> bool: ...
 
     def rescue(self) -> list[Rescued]: ...
+
+    def cascade(self) -> int:
+        """Cancel onward from workflow members a bounded cancel handed on, in one short transaction;
+        how many members it took (0: nothing was handed on)."""
+
+    def handed_on(self, *, older_than: float) -> bool:
+        """Whether a cancel handed on more than `older_than` seconds ago waits still (nobody took it up)."""
 
     def retain(self) -> services.Retained: ...
 
@@ -138,6 +145,12 @@ class DatabaseStore:
 
     def rescue(self) -> list[Rescued]:
         return jobqueue.rescue(self._rescue_floor)
+
+    def cascade(self) -> int:
+        return jobqueue.cascade()[0]
+
+    def handed_on(self, *, older_than: float) -> bool:
+        return workflows.handed_on(older_than=older_than)
 
     def retain(self) -> services.Retained:
         return services.retain()

@@ -31,7 +31,7 @@ def finished(workflow_ids) -> bool:
 
 
 def callbacks(record: Workflow) -> list[str]:
-    return sorted(Job.objects.filter(workflow=record, member_name__isnull=True).values_list("dedupe_key", flat=True))
+    return sorted(":".join(j.callback) for j in Job.objects.filter(workflow=record, member_name__isnull=True))
 
 
 def assert_ran_after_upstream(record: Workflow) -> None:
@@ -160,3 +160,27 @@ def test_many_small_fan_ins_with_failures_and_replays_keep_every_workflow_invari
         check_workflows(conn, report)
     assert report.checked["member_after_upstream"] > 0
     assert not report.violations, "\n".join(report.violations)
+
+
+def test_a_cancel_handed_on_by_a_worker_that_died_is_taken_up_by_the_leader(spawn_worker):
+    from reliableq import registry
+    from reliableq.models import WorkflowCascade
+    from reliableq.queue import claim, finish, workflows
+    from reliableq.worker import executor
+    from tests.support import wait_until
+
+    wf = reliableq.workflow(name="left behind")
+    previous = wf.add("wf.step", {"fail": True}, name="m0", queue="handed")
+    for n in range(1, 1000):
+        previous = wf.add("demo.noop", {}, name=f"m{n}", after=[previous], queue="handed")
+    record = wf.enqueue()
+    # The head's end as a worker writes it, by a worker that dies before it goes on with the rest.
+    [head], _ = claim(worker_id="gone", queues=["handed"], limit=1, lease_seconds=30, limits=registry.limits())
+    finish([executor.run_attempt(head).finish])
+    assert Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).count() == workflows.WALK
+    assert WorkflowCascade.objects.exists()
+
+    spawn_worker("--queues", "elsewhere")  # the leader, serving another queue: it takes it up all the same
+    wait_until(lambda: finished([record.pk]), timeout=60, what="the leader to take the cancel up")
+    assert Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).count() == 999
+    assert not WorkflowCascade.objects.exists()

@@ -235,7 +235,7 @@ def test_the_page_lists_the_members_in_a_table_and_sums_them_up(operator_client:
     assert f'/admin/reliableq/job/?workflow={record.pk}&amp;status__exact=DEAD"' in counts
     fired = text(section(page, '<div class="form-row field-callbacks_fired', "</div>\n"))
     assert "run 1 failure: wf.callback" in fired and "run 1 complete: wf.callback" in fired
-    failure = Job.objects.get(workflow=record, dedupe_key="1:failure")
+    failure = Job.objects.get(workflow=record, dedupe_key=f"workflow:{record.pk}:1:failure")
     assert f'href="{job_url(failure)}"' in page
     assert "on complete: wf.callback, on failure: wf.callback, on success: wf.callback" in text(page)
     assert text(section(page, '<div class="form-row field-status_display', "</div>\n")).endswith("FAILED")
@@ -397,7 +397,7 @@ def test_replay_of_a_member_that_is_not_dead_or_not_in_the_workflow_is_an_error_
 def test_a_members_and_a_callbacks_pages_link_their_workflow(operator_client: Client) -> None:
     record = diamond(fail_load=True)
     drain()
-    failure = Job.objects.get(workflow=record, dedupe_key="1:failure")
+    failure = Job.objects.get(workflow=record, dedupe_key=f"workflow:{record.pk}:1:failure")
     alone = reliableq.enqueue("demo.noop", {})
 
     member_page = body(operator_client.get(job_url(member(record, "load-1"))))

@@ -206,20 +206,3 @@ def test_a_workflows_page_size_and_cursor_are_checked_once_it_is_visible(make_cl
     one_by_one = pages(owner, owner.get(f"{path}?page_size=1").json())
     assert [len(p["members"]) for p in one_by_one] == [1] * 5
     assert sorted(m["name"] for p in one_by_one for m in p["members"]) == sorted(m["name"] for m in made["members"])
-
-
-def test_callbacks_stored_in_the_submitters_callback_scope_count_against_its_bound(make_client, settings):
-    """What the callback INSERT stores (reliableq.queue.enqueue.CALLBACK_SCOPE): every submission path counts it."""
-    settings.RELIABLEQ = {**settings.RELIABLEQ, "MAX_PENDING_PER_SUBMITTER": 2}
-    client = make_client(SUBMIT)
-    assert client.post("/v1/jobs", {"kind": "wf.step", "payload": {}}, format="json").status_code == 202
-    user = Job.objects.get().submitted_by
-    scope = Job.objects.get().dedupe_scope
-    Job.objects.create(kind="wf.callback", dedupe_scope=f"callbacks:{scope}", dedupe_key="w:1:success",
-                       submitted_by=user)  # fmt: skip
-
-    problem_of(client.post("/v1/jobs", {"kind": "wf.step", "payload": {}}, format="json"), 429)
-    problem_of(client.post("/v1/jobs/batch", {"jobs": [{"kind": "wf.step", "payload": {}}]}, format="json"), 429)
-    problem_of(client.post(URL, {"members": [{"name": "a", "kind": "wf.step", "payload": {}}]}, format="json"), 429)
-    Job.objects.filter(dedupe_scope=f"callbacks:{scope}").update(status=JobStatus.SUCCEEDED)
-    assert client.post("/v1/jobs", {"kind": "wf.step", "payload": {}}, format="json").status_code == 202

@@ -78,11 +78,11 @@ def check_workflows(conn: psycopg.Connection[Any], report: Report) -> None:
         f"""
         SELECT w.id, w.status, w.run, ev.event,
                (SELECT count(*) FROM {JOB} c WHERE c.workflow_id = w.id AND c.member_name IS NULL
-                   AND c.dedupe_key = w.run || ':' || ev.event) AS fired
+                   AND c.dedupe_key = 'workflow:' || w.id::text || ':' || w.run || ':' || ev.event) AS fired
           FROM {WORKFLOW} w CROSS JOIN (VALUES ('success'), ('failure'), ('complete')) AS ev(event)
          WHERE w.status <> 'RUNNING' AND w.callbacks ? ev.event
            AND (SELECT count(*) FROM {JOB} c WHERE c.workflow_id = w.id AND c.member_name IS NULL
-                   AND c.dedupe_key = w.run || ':' || ev.event)
+                   AND c.dedupe_key = 'workflow:' || w.id::text || ':' || w.run || ':' || ev.event)
                <> CASE WHEN ev.event = 'complete' THEN 1
                        WHEN ev.event = 'success' THEN (w.status = 'SUCCEEDED')::int
                        ELSE (w.status <> 'SUCCEEDED')::int END
@@ -93,7 +93,8 @@ def check_workflows(conn: psycopg.Connection[Any], report: Report) -> None:
         conn,
         f"SELECT workflow_id, dedupe_key FROM {JOB} c WHERE c.member_name IS NULL AND c.workflow_id IS NOT NULL"
         f" AND c.dedupe_key LIKE '%%:success'"
-        f" AND c.dedupe_key <> (SELECT w.run || ':success' FROM {WORKFLOW} w WHERE w.id = c.workflow_id)",
+        f" AND c.dedupe_key <> (SELECT 'workflow:' || w.id::text || ':' || w.run || ':success' FROM {WORKFLOW} w"
+        " WHERE w.id = c.workflow_id)",
     )
     report.add("success_only_in_the_last_run", workflows, bad, "a success callback of a run that did not end it")
     # Nothing waits once a run is over, and no run is left open with every member finished.

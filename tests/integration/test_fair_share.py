@@ -258,15 +258,49 @@ def test_a_fair_key_for_a_kind_that_is_not_fair_is_refused() -> None:
     assert not Job.objects.exists()
 
 
-def test_a_workflow_member_takes_no_fair_key_and_a_fair_member_runs_by_age() -> None:
-    wf = reliableq.workflow(name="fair members")
-    with pytest.raises(TypeError, match="fair_key"):
-        wf.add("test.fair", {}, fair_key="a")
-    with pytest.raises(TypeError, match="fair_key"):
-        wf.on("success", "test.fair", {}, fair_key="a")
-    wf.add("test.fair", {}, name="member")
+def test_a_workflows_members_take_their_keys_turns_at_enqueue_like_a_batch() -> None:
+    wf = reliableq.workflow(name="a fan-out of one key")
+    for n in range(50):
+        wf.add("test.fair", {"n": n}, name=f"m{n}", fair_key="a")
     record = wf.enqueue()
-    reliableq.enqueue_many("test.fair", [{}] * 20, fair_key="flood")
-    member = Job.objects.get(workflow=record, member_name="member")
-    assert member.fair_seq is None
-    assert member.id in {j.id for j in claim(1)}  # the oldest due job of the kind: it is not passed over
+    reliableq.enqueue("test.fair", {}, fair_key="b")
+    members = Job.objects.filter(workflow=record)
+    assert {m.fair_key for m in members} == {"a"} and None not in {m.fair_seq for m in members}
+    assert sorted(keys_of(claim(2))) == ["a", "b"], "b's one job waits for one of a's, not for all fifty"
+
+
+def test_a_released_member_takes_its_turn_when_it_becomes_pending() -> None:
+    wf = reliableq.workflow(name="released behind the others' work")
+    root = wf.add("test.fair", {}, name="root", fair_key="a")
+    for n in range(30):
+        wf.add("test.fair", {"n": n}, name=f"m{n}", after=[root], fair_key="a")
+    record = wf.enqueue()
+    waiting = Job.objects.filter(workflow=record, status=JobStatus.WAITING)
+    assert waiting.count() == 30 and {m.fair_seq for m in waiting} == {1.0}  # the stride, kept until the turn
+    [taken] = claim(1)
+    reliableq.enqueue_many("test.fair", [{}] * 3, fair_key="b")  # due before the release
+    jobqueue.finish([Finish(job_id=taken.id, lease_token=taken.lease_token, status="SUCCEEDED",
+                            outcome="SUCCEEDED", workflow=True)])  # fmt: skip
+    released = Job.objects.filter(workflow=record, status=JobStatus.PENDING)
+    assert released.count() == 30
+    assert len({m.fair_seq for m in released}) == 30, "one stride apart, as a batch's, not one turn for all"
+    assert Counter(keys_of(claim(6))) == {"a": 3, "b": 3}, "the fan-out alternates with b's due work"
+
+
+def test_a_callback_of_a_fair_kind_takes_its_key_and_a_turn() -> None:
+    wf = reliableq.workflow(name="callback")
+    wf.add("test.fair", {}, name="only", fair_key="a")
+    wf.on("success", "test.fair", {}, fair_key="a")
+    record = wf.enqueue()
+    [taken] = claim(1)
+    jobqueue.finish([Finish(job_id=taken.id, lease_token=taken.lease_token, status="SUCCEEDED",
+                            outcome="SUCCEEDED", workflow=True)])  # fmt: skip
+    callback = Job.objects.get(workflow=record, member_name__isnull=True)
+    assert callback.fair_key == "a" and callback.fair_seq is not None
+
+
+def test_a_fair_key_on_a_member_of_a_kind_that_is_not_fair_is_refused() -> None:
+    wf = reliableq.workflow()
+    wf.add("wf.step", {}, name="m", fair_key="a")
+    with pytest.raises(InvalidJob, match="fair_key"):
+        wf.enqueue()

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 import reliableq
-from reliableq import services
-from reliableq.models import Job, JobStatus, Workflow, WorkflowCount, WorkflowStatus
+from reliableq import queue as jobqueue
+from reliableq import registry, services
+from reliableq.models import Job, JobStatus, Workflow, WorkflowCascade, WorkflowCount, WorkflowStatus
 from reliableq.queue import workflows as statements
 from reliableq.testing import drain, run_due
+from reliableq.worker import executor
 from reliableq.workflows import InvalidWorkflow
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +24,7 @@ def statuses(record: Workflow) -> dict[str, str]:
 
 
 def callbacks(record: Workflow) -> list[tuple[str, str]]:
-    return sorted((j.dedupe_key, j.kind) for j in Job.objects.filter(workflow=record, member_name__isnull=True))
+    return sorted((":".join(j.callback), j.kind) for j in Job.objects.filter(workflow=record, member_name__isnull=True))
 
 
 def diamond(**report: Any) -> tuple[reliableq.workflows.WorkflowBuilder, list[Any]]:
@@ -58,7 +60,7 @@ def test_members_wait_for_their_upstream_and_see_its_values() -> None:
         "upstream": {"fetch": {"member": "fetch", "upstream": {}}},
     }
     assert callbacks(record) == [("1:complete", "wf.callback"), ("1:success", "wf.callback")]
-    done = Job.objects.get(workflow=record, dedupe_key="1:success")
+    done = Job.objects.get(workflow=record, dedupe_key=f"workflow:{record.pk}:1:success")
     assert done.status == JobStatus.SUCCEEDED
     assert done.result == {"event": "success", "workflow": str(record.pk)}
 
@@ -436,3 +438,62 @@ def wait_for_lock_wait(watch: Any, *, exclude: int) -> None:
         timeout=10,
         what="the operator's cancel to wait for the count",
     )
+
+
+def long_chain(links: int, **head: Any) -> Workflow:
+    wf = reliableq.workflow(name=f"chain of {links}")
+    previous = wf.add("wf.step", {"fail": True, **head}, name="m0")
+    for n in range(1, links):  # a no-op: a member's value nests its upstream's, and a long chain's would not fit
+        previous = wf.add("demo.noop", {}, name=f"m{n}", after=[previous])
+    wf.on("complete", "wf.callback", {})
+    return wf.enqueue()
+
+
+def end_head(record: Workflow) -> Job:
+    """Claim and run the chain's head, and write its end, as a worker's completer would, but no further."""
+    [claimed], _ = jobqueue.claim(worker_id="w-test", queues=["default"], limit=1, lease_seconds=30,
+                                  limits=registry.limits())  # fmt: skip
+    result = executor.run_attempt(claimed)
+    jobqueue.finish([result.finish])
+    return Job.objects.get(pk=claimed.id)
+
+
+def test_a_finish_cancels_a_bounded_share_of_a_long_chain_and_hands_the_rest_on() -> None:
+    record = long_chain(1000)
+    head = end_head(record)
+    assert head.status == JobStatus.DEAD
+    cancelled = Job.objects.filter(workflow=record, status=JobStatus.CANCELLED)
+    assert cancelled.count() == statements.WALK
+    assert WorkflowCascade.objects.exists()
+    assert statements.drain() > 0
+    assert cancelled.count() == 999 and not WorkflowCascade.objects.exists()
+    record.refresh_from_db()
+    assert record.status == WorkflowStatus.FAILED
+    assert callbacks(record) == [("1:complete", "wf.callback")]
+    last = Job.objects.get(workflow=record, member_name="m999")
+    assert last.last_error.startswith("upstream member m998 (") and last.last_error.endswith("ended CANCELLED")
+
+
+def test_an_operators_cancel_of_a_long_chains_first_member_reaches_its_end_before_it_returns() -> None:
+    wf = reliableq.workflow()
+    previous = wf.add("wf.step", {}, name="m0")
+    for n in range(1, 600):
+        previous = wf.add("wf.step", {}, name=f"m{n}", after=[previous])
+    record = wf.enqueue()
+    services.cancel(Job.objects.get(workflow=record, member_name="m0").pk)
+    assert Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).count() == 600
+    record.refresh_from_db()
+    assert record.status == WorkflowStatus.FAILED
+
+
+def test_a_replay_before_the_rest_of_a_cancel_goes_on_leaves_the_rewaited_members_waiting() -> None:
+    record = long_chain(1000)
+    head = end_head(record)
+    Job.objects.filter(pk=head.pk).update(payload={})  # fixed: it will succeed this time
+    services.replay(head.pk)
+    assert WorkflowCascade.objects.exists()
+    assert statements.drain() == 0, "the members the hand-off names wait again: nothing to cancel"
+    assert not Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).exists()
+    drain(max_rounds=2000)
+    record.refresh_from_db()
+    assert record.status == WorkflowStatus.SUCCEEDED

@@ -169,10 +169,7 @@ def test_a_workflows_callbacks_count_against_the_submitters_bound_when_it_is_sub
     assert fits.status_code == 202, fits.text[:300]
 
 
-@pytest.mark.xfail(strict=True, reason="lead: wf_callbacks")
 def test_a_callback_records_its_submitter_and_counts_against_the_bound(client_of, db_url: str, tmp_path: Path):
-    """The callback's INSERT stores submitted_by and the scope "callbacks:<the workflow's scope>"
-    (reliableq.queue.enqueue.CALLBACK_SCOPE), which the submitter's bound counts."""
     site = start_site(tmp_path, db_url, workers=1, RELIABLEQ_MAX_PENDING_PER_SUBMITTER="3")
     try:
         user = client_of("ada", SUBMIT)

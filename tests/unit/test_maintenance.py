@@ -42,6 +42,10 @@ class Store:
         self.calls["rescue"] += 1
         return []
 
+    def handed_on(self, *, older_than: float) -> bool:
+        self.calls["handed_on"] += 1
+        return False
+
     def schedule_cron(self) -> None:
         self.calls["schedule"] += 1
 
@@ -61,7 +65,7 @@ def service(store: Store, worker_id: str) -> Maintenance:
                        schedule_seconds=5.0, retention_seconds=60.0, has_crons=True)  # fmt: skip
 
 
-def test_of_many_workers_only_the_leader_rescues_schedules_and_retains():
+def test_of_many_workers_only_the_leader_rescues_cascades_schedules_and_retains():
     lease = SharedLease()
     stores = [Store(lease, f"w{n}") for n in range(50)]
     services = [service(store, store.name) for store in stores]
@@ -70,7 +74,7 @@ def test_of_many_workers_only_the_leader_rescues_schedules_and_retains():
             svc.tick(float(second))
     assert [s.leading for s in services].count(True) == 1
     leader = stores[0]
-    assert leader.calls == Counter(rescue=10, guard=10, schedule=2, retain=1)
+    assert leader.calls == Counter(rescue=10, guard=10, handed_on=10, schedule=2, retain=1)
     assert all(not s.calls for s in stores[1:]), "the other 49 sent no maintenance statement"
 
 
@@ -83,7 +87,7 @@ def test_after_the_leader_resigns_another_worker_takes_the_duties_and_does_each_
     first.resign()
     second.tick(1.0)  # its next try for the lease is due (every lease/3 = 1 s)
     assert second.leading and not first.leading
-    assert b.calls == Counter(rescue=1, guard=1, schedule=1, retain=1)
+    assert b.calls == Counter(rescue=1, guard=1, handed_on=1, schedule=1, retain=1)
 
 
 def test_while_old_rows_are_left_retention_goes_on_at_every_tick():

@@ -159,6 +159,12 @@ class FakeStore:
     def rescue(self) -> list[Rescued]:
         return []
 
+    def cascade(self) -> int:
+        return 0
+
+    def handed_on(self, *, older_than: float) -> bool:
+        return False
+
     def retain(self) -> Retained:
         return Retained()
 
