@@ -45,6 +45,8 @@ class Profile:
     fair_tenants: int  # ... then this many small tenants ...
     fair_tenant_jobs: int  # ... of this many jobs each
     fair_keys: int  # the claim's cost is measured beside a backlog over this many keys
+    schedule_count: int  # the schedules scenario: one worker with this many schedules ...
+    schedule_window: float  # ... measured for this many seconds per arm
     peers: bool
     # The ceilings scenario also runs pgbench with each claim and its finish in one transaction: one
     # commit and one WAL flush a batch, not two. What a fused finish-and-claim statement could gain
@@ -95,6 +97,8 @@ PROFILES = {
         fair_tenants=10,
         fair_tenant_jobs=3,
         fair_keys=1_000,
+        schedule_count=100,
+        schedule_window=3.0,
         peers=True,
     ),
     "quick": Profile(
@@ -135,6 +139,8 @@ PROFILES = {
         fair_tenants=100,
         fair_tenant_jobs=5,
         fair_keys=10_000,
+        schedule_count=1_000,
+        schedule_window=20.0,
         peers=True,
     ),
     "full": Profile(
@@ -175,6 +181,8 @@ PROFILES = {
         fair_tenants=100,
         fair_tenant_jobs=5,
         fair_keys=10_000,
+        schedule_count=1_000,
+        schedule_window=60.0,
         peers=True,
     ),
 }

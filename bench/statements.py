@@ -9,7 +9,8 @@ so the other scenarios pay nothing; `tracking()` turns it on for the fleet's win
 Each duty is recognized by text only its statements carry (normalized: constants become $n):
 
 - rescue: leases' statement that closes expired leases (`WITH expired AS MATERIALIZED`);
-- cron: scheduler.database_now()'s `SELECT now()`, once per scheduling pass and nowhere else;
+- cron: the schedules' statements (reliableq.queue.schedules: the round's look for the earliest slot,
+  and the lock and update of due schedules when some are), by their table's name; not the jobs they make;
 - retention: prune's `WITH batch AS MATERIALIZED` ... `DELETE FROM reliableq_attempt`, once per status;
 - plan guard: planguard's statistics check (`pg_relation_size(c.oid)`), before rescues and retention;
 - lease tries: the `INSERT INTO reliableq_leader` every worker sends every third of LEASE_SECONDS,
@@ -26,7 +27,7 @@ import psycopg
 
 DUTIES: dict[str, str] = {
     "rescue": "query LIKE '%WITH expired AS MATERIALIZED%'",
-    "cron": "query = 'SELECT now()'",
+    "cron": "query LIKE '%reliableq_schedule%'",
     "retention": "query LIKE '%WITH batch AS MATERIALIZED%' AND query LIKE '%DELETE FROM reliableq_attempt%'",
     "plan guard": "query LIKE '%pg_relation_size(c.oid)%'",
     "lease tries": "query LIKE '%INSERT INTO reliableq_leader%'",

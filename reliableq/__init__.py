@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from .models import Job, Workflow
     from .options import EnqueueOptions, ManyOptions
+    from .schedules import ScheduleSpec
     from .workflows import WorkflowBuilder
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "enqueue_many",
     "enqueue_on_commit",
     "handler",
+    "schedule",
     "workflow",
 ]
 
@@ -81,3 +83,25 @@ def cancel_workflow(workflow_id: uuid.UUID | str, *, by: Any = None) -> Workflow
     from .workflows import cancel_workflow as _cancel_workflow
 
     return _cancel_workflow(workflow_id, by=by)
+
+
+def schedule(
+    name: str,
+    *,
+    cron: str,
+    kind: str | None = None,
+    payload: dict[str, Any] | None = None,
+    timezone: str = "UTC",
+    catch_up: str = "latest",
+    overlap: str = "allow",
+    queue: str = "default",
+    priority: int = 0,
+) -> ScheduleSpec:
+    """Declare a schedule in a jobs.py: each slot of `cron` in `timezone` makes one job of `kind`
+    (default `name`), fleet-wide (see reliableq.schedules.schedule)."""
+    from .schedules import schedule as _schedule
+
+    return _schedule(
+        name, cron=cron, kind=kind, payload=payload, timezone=timezone, catch_up=catch_up, overlap=overlap,
+        queue=queue, priority=priority,
+    )  # fmt: skip

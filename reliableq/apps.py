@@ -7,11 +7,7 @@ class ReliableQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, registry  # noqa: F401  (checks register themselves)
-        from .queue import workflows
-
-        # A member's end releases its dependents in the statement that ends it.
-        workflows.register()
+        from . import checks, registry, schedule_checks  # noqa: F401  (checks register themselves)
 
         # Like admin.py: every installed app's jobs.py registers its handlers now.
         registry.autodiscover()

@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_NOTIFY": True,  # wake idle workers on enqueue with LISTEN/NOTIFY (polling stays the safety net)
     "DATABASE": "default",  # the database alias that holds the queue's tables
     "LISTEN_DATABASE": None,  # alias for LISTEN: a direct connection, not a transaction pooler; None: DATABASE
-    "SCHEDULE_SECONDS": 5.0,  # how often each worker makes sure the next cron slots have their jobs
+    "SCHEDULE_SECONDS": 5.0,  # how often the maintenance leader looks for new and changed schedules
     "MAX_SNOOZES": 100,  # a job snoozed this often counts its next Snooze as a failure
     "MAX_ERROR_CHARS": 2000,  # stored errors are cut to this length
     "XMIN_WARNING_SECONDS": 300.0,  # the dashboard warns when a snapshot older than this holds back vacuum

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from . import schedules
 from .models import JobStatus, Outcome
 from .queue import horizon, stats, workers
 
@@ -103,7 +104,36 @@ class QueueCollector(Collector):
         yield dead
 
 
+class ScheduleCollector(Collector):
+    def collect(self) -> Iterator[Any]:
+        figures, more = schedules.health(limit=MAX_SCHEDULE_SERIES)
+        lag = GaugeMetricFamily(
+            "reliableq_schedule_lag_seconds",
+            "Seconds since the enabled schedule's last slot's job started (since the slot, until it starts).",
+            labels=["schedule"],
+        )
+        failed = GaugeMetricFamily(
+            "reliableq_schedule_last_job_failed", "1 when the schedule's last slot's job is DEAD, else 0.",
+            labels=["schedule"],
+        )  # fmt: skip
+        for figure in figures:
+            if figure.lag_seconds is not None:
+                lag.add_metric([figure.name], figure.lag_seconds)
+            failed.add_metric([figure.name], 1 if figure.last_failed else 0)
+        yield lag
+        yield failed
+        yield GaugeMetricFamily(
+            "reliableq_schedule_series_truncated",
+            f"1 when more enabled schedules exist than the {MAX_SCHEDULE_SERIES} given per-schedule series.",
+            value=1 if more else 0,
+        )
+
+
+MAX_SCHEDULE_SERIES = 100
+
+
 def registry() -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(QueueCollector())
+    reg.register(ScheduleCollector())
     return reg

@@ -366,12 +366,12 @@ class WorkflowCount(models.Model):
 
 
 class WorkflowCascade(models.Model):
-    """A member whose WAITING dependents a cancel has still to reach: a statement's own walk of the
-    graph stops after a bound (reliableq.queue.workflows.WALK), and hands the rest on here, to be
-    cancelled in short transactions of their own."""
+    """A WAITING member a cancel found doomed and left: a statement's own walk of the graph stops
+    after a bound (reliableq.queue.workflows.WALK) and hands the rest on here, to be cancelled, and
+    walked from, in short transactions of their own."""
 
     id = models.BigAutoField(primary_key=True)
-    member = models.UUIDField()
+    member = models.UUIDField(unique=True)
     workflow = models.UUIDField()
     created_at = models.DateTimeField(db_default=Now())
 
@@ -547,3 +547,57 @@ class Leader(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder} until {self.expires_at}"
+
+
+class CatchUp(models.TextChoices):
+    LATEST = "latest"  # one job for the newest slot missed while no worker ran
+    ALL = "all"  # one job per missed slot, oldest first (the newest 1,000 at most)
+    NONE = "none"  # no job for a missed slot
+
+
+class Overlap(models.TextChoices):
+    ALLOW = "allow"  # every slot makes its job, whatever the previous one is doing
+    SKIP = "skip"  # no job for a slot while the schedule's previous job is PENDING or RUNNING
+
+
+class Schedule(models.Model):
+    """A periodic job: each slot of `cron` in `timezone` makes one job of `kind`, fleet-wide.
+
+    Declared in code (reliableq.schedule, @handler(cron=...); `from_code`, written when a worker
+    starts) or made by an operator in the admin. `next_slot` is the earliest slot not yet made (NULL
+    while disabled); the maintenance leader makes the jobs of the slots that come due and moves it
+    on (reliableq.scheduler). `last_job` is a plain id, not a foreign key: retention prunes jobs.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=200)
+    cron = models.CharField(max_length=200, help_text="Five fields, or six with seconds first.")
+    payload = models.JSONField(default=dict, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC", help_text="An IANA name, like Europe/Paris.")
+    enabled = models.BooleanField(default=True)
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
+    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.ALLOW)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0, help_text="Lower runs first.")
+    from_code = models.BooleanField("declared in code", default=False, editable=False)
+    last_slot = models.DateTimeField(null=True, blank=True, editable=False)
+    last_job = models.UUIDField(null=True, blank=True, editable=False)
+    next_slot = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    objects = QueueManager["Schedule"]()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            # The leader's round: enabled schedules by their next slot (the due ones, and the earliest).
+            models.Index(fields=["next_slot"], condition=Q(enabled=True), name="reliableq_schedule_due"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(catch_up__in=CatchUp.values), name="reliableq_schedule_catch_up_valid"),
+            models.CheckConstraint(condition=Q(overlap__in=Overlap.values), name="reliableq_schedule_overlap_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"schedule {self.name} ({self.cron} {self.timezone})"

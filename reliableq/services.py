@@ -21,7 +21,7 @@ from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
 from .ids import job_id as new_job_id
 from .models import BatchKey, Job, JobStatus, QueueState
 from .options import PER_JOB, JobOptions
-from .queue import db, transitions
+from .queue import db, operations
 from .queue import enqueue as statements
 from .queue import workflows as graph
 from .queue.enqueue import CHANNEL
@@ -509,7 +509,7 @@ def replay(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             raise WrongStatus(
                 job, JobStatus.DEAD, f"Job {job.id} has unique_key {job.unique_key!r}; another job with it is active."
             )
-        transitions.reopen(job.pk, max_attempts=job.attempts + budget)
+        operations.reopen(job.pk, max_attempts=job.attempts + budget)
         statements.notify(job.queue)
         job.refresh_from_db()
         if by is not None:
@@ -547,7 +547,7 @@ def cancel(job_id: uuid.UUID | str, *, by: Any = None) -> Job:
             return job
         if job.status not in (JobStatus.PENDING, JobStatus.WAITING):
             raise WrongStatus(job, "WAITING, PENDING or RUNNING")
-        transitions.cancel_pending(job.pk)
+        operations.cancel_pending(job.pk)
         job.refresh_from_db()
         if by is not None:
             audit.record(by, job, CANCELLED)

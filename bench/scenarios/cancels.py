@@ -123,7 +123,8 @@ def _cancel(bench: Bench, procs: Procs, shape: Shape, run: str) -> dict[str, Any
     bench.gate.check(run, f"the workflow FAILED ({status})", status == "FAILED")
     started, finished, shared = _one(
         """SELECT extract(epoch FROM a.started_at - j.created_at), extract(epoch FROM j.finished_at - j.created_at),
-                  EXISTS (SELECT 1 FROM reliableq_job m WHERE m.workflow_id = %s AND m.finished_at = j.finished_at)
+                  EXISTS (SELECT 1 FROM reliableq_job m WHERE m.workflow_id = %s AND m.member_name IS NOT NULL
+                                 AND m.finished_at = j.finished_at)
              FROM reliableq_job j JOIN reliableq_attempt a ON a.job_id = j.id WHERE j.id = %s""",
         [record.pk, beside.pk],
     )

@@ -1,5 +1,5 @@
 """The operators' admin: a fast, read-only job list, attempt history, replay and cancel, a
-dashboard, the workers panel, workflows drawn as graphs.
+dashboard, the workers panel, workflows drawn as graphs, schedules to add, change and run.
 
 No business rules here: replay, cancel, pause and resume call reliableq.services, as the API
 does. Importing the package registers every ModelAdmin (Django's autodiscovery imports it).
@@ -9,6 +9,7 @@ from .common import MAX_SELECTION, ReadOnlyAdmin, RefusesNul, register_effect_li
 from .dashboard import QueueDashboardAdmin
 from .filters import MAX_KIND_CHOICES, MAX_QUEUE_CHOICES
 from .jobs import JobAdmin
+from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 from .workflows import WorkflowAdmin
 
@@ -20,6 +21,7 @@ __all__ = [
     "QueueDashboardAdmin",
     "ReadOnlyAdmin",
     "RefusesNul",
+    "ScheduleAdmin",
     "WorkerAdmin",
     "WorkflowAdmin",
     "register_effect_link",

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
-from .. import readcache, registry, rules, services
+from .. import readcache, registry, rules, schedules, services
 from ..conf import reliableq_settings
 from ..errors import InvalidJob
 from ..models import JobStatus, QueueDashboard
@@ -87,6 +87,7 @@ class QueueDashboardAdmin(ReadOnlyAdmin):
                 "queues_next": "?" + urlencode({"queues_after": more}) if more is not None else "",
                 "can_pause": self.has_pause_permission(request),
                 "limits": sorted(registry.limits().items()),
+                "failed_schedules": figures["failed_schedules"],
             },
         )
 
@@ -101,6 +102,7 @@ def _dashboard_figures() -> dict[str, Any]:
         "horizon": horizon.horizon(),
         "last_hour": stats.last_hour(),
         "dead_tuples": horizon.dead_tuples(),
+        "failed_schedules": schedules.failed(),
         "chart_panels": charts.panels(stats.finished_per_minute(), stats.backlog_per_minute(), stats.p95_by_kind()),
     }
 

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from .. import rules
 from ..models import JobStatus, Outcome
+from . import schedule_views
 from .base import BaseAPIView
 
 PROBLEM = "application/problem+json"
@@ -634,7 +635,7 @@ PATHS: dict[str, Any] = {
 
 
 def document() -> dict[str, Any]:
-    paths, schemas = dict(PATHS), dict(SCHEMAS)
+    paths, schemas = {**PATHS, **schedule_paths()}, {**SCHEMAS, **schedule_views.SCHEMAS}
     for config in apps.get_app_configs():
         name = getattr(config, "reliableq_openapi", None)
         if name:
@@ -654,6 +655,18 @@ def document() -> dict[str, Any]:
         },
         "security": [{"token": []}, {"session": []}],
     }
+
+
+def schedule_paths() -> dict[str, Any]:
+    """GET /v1/schedules, with the answers every route documents."""
+    get = schedule_views.PATHS["/v1/schedules"]["get"]
+    responses = {
+        "200": json_response("The schedules, by name.", ref("ScheduleList")),
+        "400": problem_response("An unknown query parameter, or a bad `after` or `page_size`."),
+        "401": AUTH_ERRORS["401"],
+        "403": problem_response("Missing reliableq.view_schedule."),
+    }
+    return {"/v1/schedules": {"get": {**get, "responses": responses}}}
 
 
 class SchemaView(BaseAPIView):

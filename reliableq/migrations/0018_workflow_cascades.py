@@ -29,7 +29,7 @@ class Migration(migrations.Migration):
             name="WorkflowCascade",
             fields=[
                 ("id", models.BigAutoField(primary_key=True, serialize=False)),
-                ("member", models.UUIDField()),
+                ("member", models.UUIDField(unique=True)),
                 ("workflow", models.UUIDField()),
                 ("created_at", models.DateTimeField(db_default=Now())),
             ],

@@ -12,8 +12,8 @@ from typing import Any
 
 from .. import faults
 from ..conf import reliableq_settings
-from ..models import Outcome
-from . import db, transitions, workflows
+from ..models import JobStatus, Outcome
+from . import db, door
 from .records import Finish, FinishResult
 from .sql import ATTEMPT, JOB, RETURN_VALUE, RUNNING_FENCE, S, attempts_of
 
@@ -112,6 +112,34 @@ def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> 
         return {row[0] for row in cursor.fetchall()}
 
 
+_RELEASE_SQL = door.statement(
+    "release_unacknowledged",
+    head=f"""orphans AS MATERIALIZED (
+                SELECT id, lease_token FROM {JOB}
+                 WHERE status = {S.RUNNING} AND worker_id = %s AND NOT (lease_token = ANY(%s::uuid[]))
+                   FOR UPDATE
+            ),
+            closed AS (
+                UPDATE {ATTEMPT} a
+                   SET outcome = {S.LEASE_LOST}, finished_at = now(),
+                       error = 'claim commit was not acknowledged; the worker released the job'
+                 WHERE a.id = ANY({attempts_of("orphans", "o.lease_token = k.lease_token")})
+                   AND a.outcome = {S.RUNNING}
+            ),""",
+    moved=f"""UPDATE {JOB} j
+                   SET status = CASE WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
+                       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+                       run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+                       last_error = 'claim commit was not acknowledged; the worker released the job'
+                  FROM orphans
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
+                   AND j.id = orphans.id AND j.lease_token = orphans.lease_token
+             RETURNING j.id, j.status, j.workflow_id""",
+    change=door.Change.ENDED,
+    tail=f"SELECT id, {door.recheck()} FROM moved",
+)
+
+
 def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> list[uuid.UUID]:
     """Put back jobs this worker claimed in a transaction whose commit it never heard about.
 
@@ -121,38 +149,8 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
     Attempts stay counted: the claim happened.
     """
     with db.atomic(), db.cursor() as cursor:
-        cursor.execute(
-            f"""
-                WITH orphans AS MATERIALIZED (
-                    SELECT id, lease_token FROM {JOB}
-                     WHERE status = {S.RUNNING} AND worker_id = %s AND NOT (lease_token = ANY(%s::uuid[]))
-                       FOR UPDATE
-                ),
-                closed AS (
-                    UPDATE {ATTEMPT} a
-                       SET outcome = {S.LEASE_LOST}, finished_at = now(),
-                           error = 'claim commit was not acknowledged; the worker released the job'
-                     WHERE a.id = ANY({attempts_of("orphans", "o.lease_token = k.lease_token")})
-                       AND a.outcome = {S.RUNNING}
-                ),
-                moved AS (
-                    UPDATE {JOB} j
-                       SET status = CASE WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
-                           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-                           run_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
-                           last_error = 'claim commit was not acknowledged; the worker released the job'
-                      FROM orphans
-                     WHERE j.id = ANY(ARRAY(SELECT id FROM orphans))
-                       AND j.id = orphans.id AND j.lease_token = orphans.lease_token
-                 RETURNING j.id, j.status, j.workflow_id
-                ){transitions.after("moved", transitions.ENDED)}
-                SELECT id FROM moved
-                """,
-            (worker_id, [str(t) for t in known]),
-        )
-        released = [row[0] for row in cursor.fetchall()]
-        workflows.cancel_stuck(released)
-        return released
+        rows = door.run(cursor, _RELEASE_SQL, (worker_id, [str(t) for t in known]))
+        return [row[0] for row in rows]
 
 
 def _store_returns(finishes: Sequence[Finish]) -> None:
@@ -171,18 +169,18 @@ def _store_returns(finishes: Sequence[Finish]) -> None:
 
 @functools.cache
 def _finish_sql(members: bool) -> str:
-    """The finish's statement, made once per shape (transitions.caches clears it when hooks change).
+    """The finish's statement, made once per shape (`members`: some of the jobs are a workflow's).
 
     Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     attempts could be planned as a scan of them for each row of `closing`."""
-    return f"""
-    WITH v AS (
+    return door.statement(
+        "finish" if members else "finish_jobs",
+        head="""v AS (
         SELECT (r ->> 0)::uuid AS id, (r ->> 1)::uuid AS token, r ->> 2 AS status, r ->> 3 AS outcome,
                r ->> 4 AS error, (r ->> 5)::float8 AS delay, r ->> 6 AS traceback
           FROM jsonb_array_elements(%s::jsonb) AS r
-    ),
-    fin AS (
-        UPDATE {JOB} j
+    ),""",
+        moved=f"""UPDATE {JOB} j
            SET status = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NOT NULL
                              THEN {S.CANCELLED} ELSE v.status END,
                run_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
@@ -201,23 +199,22 @@ def _finish_sql(members: bool) -> str:
          WHERE j.id = ANY(ARRAY(SELECT id FROM v)) AND {RUNNING_FENCE}
            AND j.id = v.id AND j.lease_token = v.token
      RETURNING j.id, v.token,
-               CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END,
-               v.error, v.traceback, j.status, j.workflow_id
-    ){transitions.after("fin", transitions.ENDED, members=members)},
+               CASE WHEN j.status = {S.CANCELLED} THEN {S.CANCELLED} ELSE v.outcome END AS outcome,
+               v.error, v.traceback, j.status, j.workflow_id""",
+        change=door.Change.ENDED,
+        members=members,
+        tail=f""",
     closing AS MATERIALIZED (
-        SELECT o.id, fin.outcome, fin.error, fin.traceback FROM fin CROSS JOIN LATERAL (
-            SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = fin.id AND o.lease_token = fin.token
+        SELECT o.id, moved.outcome, moved.error, moved.traceback FROM moved CROSS JOIN LATERAL (
+            SELECT o.id FROM {ATTEMPT} o WHERE o.job_id = moved.id AND o.lease_token = moved.token
              ORDER BY o.number DESC LIMIT 1) AS o
     )
     UPDATE {ATTEMPT} a
        SET (outcome, error, traceback, finished_at) = (
                SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
      WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
- RETURNING a.job_id, a.outcome, {transitions.recheck(members=members)}
-    """
-
-
-transitions.caches(_finish_sql.cache_clear)
+ RETURNING a.job_id, a.outcome, {door.recheck(members=members)}""",
+    )
 
 
 def _by_job(finish: Finish) -> int:
@@ -233,6 +230,17 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     result = FinishResult()
     if not finishes:
         return result
+    # A member that did not succeed may cancel up to workflows.WALK dependents in its statement: the
+    # other ends of the batch commit first, in a statement of their own, and never wait for that.
+    failing = [f for f in finishes if f.workflow and f.status != JobStatus.SUCCEEDED]
+    if failing and len(failing) < len(finishes):
+        first = finish([f for f in finishes if not (f.workflow and f.status != JobStatus.SUCCEEDED)])
+        then = finish(failing)
+        return FinishResult(
+            finalized=first.finalized + then.finalized,
+            lost=first.lost + then.lost,
+            cancelled=first.cancelled | then.cancelled,
+        )
     # The rows as one JSON text: psycopg dumps a list parameter element by element in Python, seven
     # lists of a batch's ends cost more than the job's own work; json.dumps is one call in C. Sorted
     # by job id, the order in which a plan scanning their index meets them.
@@ -248,21 +256,19 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     members = any(f.workflow for f in finishes)
     together = members or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
     with db.atomic() if together else contextlib.nullcontext():
-        rows = db.fetch(_finish_sql(members), [rows_json])
-        result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
+        rows = door.followup(db.fetch(_finish_sql(members), [rows_json]))
+        result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):
             result.finalized = [f.job_id for f in finishes]
             finalized: set[uuid.UUID] | None = None
         else:
-            finalized = {job_id for job_id, _, _ in rows}
+            finalized = {job_id for job_id, _ in rows}
             result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
 
         def passed(f: Finish) -> bool:
             return finalized is None or f.job_id in finalized
 
-        if members and any(again for _, _, again in rows):
-            workflows.cancel_stuck([f.job_id for f in finishes if f.workflow and passed(f)])
         kept = [f for f in finishes if f.keeps_return and passed(f)]
         if kept:
             _store_returns(kept)

@@ -117,9 +117,9 @@ def rated_sql(
                                 SELECT u.b, u.c FROM rate_window w, unnest(w.buckets, w.counts) AS u(b, c)
                                  WHERE u.b >= w.now_bucket - {buckets}
                                 UNION ALL
-                                SELECT w.now_bucket, (SELECT count(*) FROM claimed)::int FROM rate_window w
+                                SELECT w.now_bucket, (SELECT count(*) FROM moved)::int FROM rate_window w
                             ) AS kept GROUP BY kept.b) AS summed)
-                 WHERE r.id = (SELECT id FROM rate_window) AND EXISTS (SELECT 1 FROM claimed)
+                 WHERE r.id = (SELECT id FROM rate_window) AND EXISTS (SELECT 1 FROM moved)
             ),"""
     return claim_sql(before=window, beside=recorded), (kind, *pick_params)
 

@@ -16,7 +16,7 @@ from django.db.models.expressions import RawSQL
 
 from ..floors import ClaimFloors
 from ..models import Job
-from . import db, fairness, functions, planguard
+from . import db, door, fairness, functions, planguard
 from .makers import maker
 from .records import ClaimedJob
 from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, compile_sql, filter_only, json_value
@@ -48,7 +48,8 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
 
     Composed by parameters: `pick` becomes the `picked` CTE; or `before` gives CTEs of its own that
     end with one named `picked` (a rated claim's window, then its pick). `beside` is a CTE that runs
-    in the same statement after `claimed` (a rated claim's record of its starts), ending in a comma.
+    in the same statement after `moved` (the jobs claimed: a rated claim's record of its starts),
+    ending in a comma. The door (reliableq.queue.door) makes the statement.
     Time is in the SQL (statement_timestamp(), now()), never in the parameters, so a cached
     statement is as fresh as a new one.
     """
@@ -56,12 +57,12 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
         raise ValueError("A claim needs a pick, or CTEs that define one, not both.")
     # statement_timestamp(), not now(), for the lease and the attempt's start: a claim of a limited
     # kind may have waited for the kind's locks while another attempt finished; its attempt starts
-    # after that wait. (No SQL comments in the statement: bench.ceilings sends it as one line.)
+    # after that wait. (No -- comments in the statement: bench.ceilings sends it as one line.)
     head = before or f"picked AS MATERIALIZED ({pick})"
-    return f"""
-            WITH {head},
-            claimed AS (
-                UPDATE {JOB} j
+    return door.statement(
+        "claim",
+        head=f"{head},",
+        moved=f"""UPDATE {JOB} j
                    SET status = {S.RUNNING},
                        attempts = j.attempts + 1,
                        lease_token = gen_random_uuid(),
@@ -71,20 +72,21 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
                  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
                        j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key, j.trace_context,
-                       j.workflow_id, j.member_name, j.on_upstream_failure
-            ),{beside}
+                       j.workflow_id, j.member_name, j.on_upstream_failure""",
+        change=door.Change.STARTED,
+        tail=f""",{beside}
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
-                SELECT id, attempts, %s, lease_token, statement_timestamp(), {S.RUNNING}, '' FROM claimed
+                SELECT id, attempts, %s, lease_token, statement_timestamp(), {S.RUNNING}, '' FROM moved
             )
             SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes, concurrency_key,
                    extract(epoch FROM statement_timestamp())::float8,
                    to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
                    trace_context, workflow_id, member_name,
                    CASE WHEN on_upstream_failure <> '' THEN {functions.UPSTREAM}(id) END
-              FROM claimed
-             ORDER BY priority, run_at, id
-            """
+              FROM moved
+             ORDER BY priority, run_at, id""",
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from .. import rules
 from ..conf import reliableq_settings
 from ..models import FINISHED, Attempt, BatchKey, QueueState, ReturnValue
-from . import db, planguard, transitions
+from . import db, door, planguard
 from .sql import COUNT, EDGE, JOB, WORKFLOW, S
 
 ATTEMPT = Attempt._meta.db_table
@@ -176,23 +176,19 @@ def purge(
         # A workflow's members are not deleted: their ends release others and are counted.
         members_kept = f"{pending} AND workflow_id IS NULL LIMIT %s FOR UPDATE SKIP LOCKED"
         return delete_batches(members_kept, [queue, batch_size], batch_size=batch_size, progress=progress)
+    purge_sql = door.statement(
+        "purge",
+        head=f"batch AS MATERIALIZED ({batch_sql}),",
+        moved=f"""UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(), last_error = %s
+                    WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = {S.PENDING}
+                RETURNING j.id, j.status, j.workflow_id""",
+        change=door.Change.ENDED,
+        tail=f"SELECT id, {door.recheck()} FROM moved",
+    )
     total = 0
     while True:
         with db.atomic(), db.cursor() as cursor:
-            cursor.execute(
-                f"""
-                WITH batch AS MATERIALIZED ({batch_sql}),
-                moved AS (
-                    UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(),
-                           last_error = %s
-                     WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = {S.PENDING}
-                 RETURNING j.id, j.status, j.workflow_id
-                ){transitions.after("moved", transitions.ENDED)}
-                SELECT count(*) FROM moved
-                """,
-                [queue, batch_size, PURGED],
-            )
-            done = int(cursor.fetchone()[0])
+            done = len(door.run(cursor, purge_sql, [queue, batch_size, PURGED]))
         total += done
         if progress is not None:
             progress(done)

@@ -13,7 +13,7 @@ from django.db.models.expressions import RawSQL
 
 from ..floors import RescueFloor
 from ..models import Job, JobStatus
-from . import db, transitions, workflows
+from . import db, door
 from .enqueue import CHANNEL
 from .pick import Floor
 from .records import Rescued
@@ -55,9 +55,8 @@ def rescue_expired(queues: Sequence[str], since: Any = None) -> list[Rescued]:
     """
     sql, params = rescue_sql(tuple(queues), since is not None)
     with db.cursor() as cursor:
-        cursor.execute(sql, tuple(since if p is _SINCE else p for p in params))
-        rescued = [Rescued(*row[:4]) for row in cursor.fetchall()]
-    workflows.cancel_stuck([r.job_id for r in rescued if r.status in transitions.FINAL])
+        rows = door.run(cursor, sql, tuple(since if p is _SINCE else p for p in params))
+        rescued = [Rescued(*row[:4]) for row in rows]
     for r in rescued:
         fate: dict[str, str] = {JobStatus.DEAD: "buried: no attempts left", JobStatus.CANCELLED: "cancelled on request"}
         logger.warning(
@@ -96,17 +95,17 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
     with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
         expired_sql, expired_params = compile_sql(expired)
     return (
-        f"""
-            WITH expired AS MATERIALIZED ({expired_sql}),
+        door.statement(
+            "rescue_floored" if floored else "rescue",
+            head=f"""expired AS MATERIALIZED ({expired_sql}),
             closed AS (
                 UPDATE {ATTEMPT} a
                    SET outcome = {S.LEASE_EXPIRED},
                        finished_at = now(),
                        error = format('lease expired: worker %%s stopped renewing it', a.worker_id)
                  WHERE a.id = ANY({attempts_of("expired", f"o.outcome = {S.RUNNING}")}) AND a.outcome = {S.RUNNING}
-            ),
-            moved AS (
-                UPDATE {JOB} j
+            ),""",
+            moved=f"""UPDATE {JOB} j
                    SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {S.CANCELLED}
                                      WHEN j.attempts >= j.max_attempts THEN {S.DEAD} ELSE {S.PENDING} END,
                        run_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL
@@ -122,14 +121,11 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
                                 WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END),
                        updated_at = now()
                  WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
-             RETURNING j.id, j.attempts, j.status, j.worker_id, j.workflow_id, j.queue
-            ){transitions.after("moved", transitions.ENDED)}
-            SELECT id, attempts, status, worker_id,
-                   CASE WHEN status = {S.PENDING} THEN pg_notify('{CHANNEL}', queue) END
-              FROM moved
-            """,
+             RETURNING j.id, j.attempts, j.status, j.worker_id, j.workflow_id, j.queue""",
+            change=door.Change.ENDED,
+            tail=f"""SELECT id, attempts, status, worker_id,
+                   CASE WHEN status = {S.PENDING} THEN pg_notify('{CHANNEL}', queue) END, {door.recheck()}
+              FROM moved""",
+        ),
         expired_params,
     )
-
-
-transitions.caches(rescue_sql.cache_clear)

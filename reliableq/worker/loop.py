@@ -52,7 +52,7 @@ class WorkerConfig:
     worker_id: str = field(default_factory=default_worker_id)
     burst: bool = False
     listen: bool = True  # LISTEN for enqueue notifications (polling stays the safety net)
-    schedule_seconds: float = 5.0  # how often to make sure the next cron slots have their jobs
+    schedule_seconds: float = 5.0  # how often the maintenance leader looks for new and changed schedules
     retention_seconds: float = 60.0  # how often the maintenance leader deletes a batch of old jobs
     # When a handler that ran shorter than linger_seconds reports, keep collecting the others'
     # results while they arrive less than linger_gap_seconds apart (for linger_seconds at most):
@@ -195,7 +195,6 @@ class Worker:
             rescue_seconds=c.poll_seconds,
             schedule_seconds=c.schedule_seconds,
             retention_seconds=c.retention_seconds,
-            has_crons=bool(registry.crons()),
             cascade=writer.cascade,
         )
         heartbeat = Heartbeat(

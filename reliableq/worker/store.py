@@ -1,8 +1,8 @@
 """What the worker asks of the database, as one narrow interface.
 
 The loop and its parts hold no SQL: they call a Store. DatabaseStore is the real one (each call
-is one function of reliableq.queue, services or scheduler, on the calling thread's connection to
-the queue's database);
+is one function of reliableq.queue, services, scheduler or schedules, on the calling thread's
+connection to the queue's database);
 tests of the loop's own logic (slots, timeouts, linger, shutdown) pass an in-memory Store.
 """
 
@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .. import floors, registry, services
+from .. import floors, registry, scheduler, schedules, services
 from .. import queue as jobqueue
-from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, scheduler, workers, workflows
+from ..queue import ClaimedJob, Finish, FinishResult, Rescued, db, leadership, workers, workflows
 from ..registry import Limits
 
 Lease = tuple[uuid.UUID, uuid.UUID]  # (job id, lease token)
@@ -52,7 +52,11 @@ class Store(Protocol):
 
     def has_work(self, queues: Sequence[str]) -> bool: ...
 
-    def schedule_cron(self) -> None: ...
+    def schedule_cron(self, *, late_seconds: float) -> float | None:
+        """Make the jobs of the schedules' due slots; the seconds until the next comes due (None: none will)."""
+
+    def sync_schedules(self) -> None:
+        """Write the schedules this worker's code declares to their rows (once, when it starts)."""
 
     def lead(self, name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None: ...
 
@@ -134,8 +138,11 @@ class DatabaseStore:
     def has_work(self, queues: Sequence[str]) -> bool:
         return services.has_work(tuple(queues))
 
-    def schedule_cron(self) -> None:
-        scheduler.schedule_next()
+    def schedule_cron(self, *, late_seconds: float) -> float | None:
+        return scheduler.serve(late_seconds=late_seconds)
+
+    def sync_schedules(self) -> None:
+        schedules.sync()
 
     def lead(self, name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
         return leadership.lead(name, holder=holder, seconds=seconds, token=token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
@@ -40,11 +41,12 @@ def test_two_workers_never_schedule_one_cron_slot_twice(spawn_worker):
         timeout=30,
         what="three periodic runs",
     )
-    jobs = list(Job.objects.filter(kind="test.every_second").values_list("dedupe_key", "run_at", "status"))
+    jobs = list(Job.objects.filter(kind="test.every_second").values_list("dedupe_key", "payload", "status"))
     slots = [key for key, _, _ in jobs]
     assert len(slots) == len(set(slots))  # one job per slot
-    for key, run_at, _ in jobs:
-        assert key == f"cron:test.every_second:{run_at.isoformat()}" and run_at.microsecond == 0
+    for key, payload, _ in jobs:
+        slot = dt.datetime.fromisoformat(payload["scheduled_for"])
+        assert key == f"schedule:test.every_second:{slot.isoformat()}" and slot.microsecond == 0
     for key, _, status in jobs:
         if status == JobStatus.SUCCEEDED:
             assert Attempt.objects.filter(job__dedupe_key=key).count() == 1  # each slot ran once

@@ -165,7 +165,7 @@ def test_many_small_fan_ins_with_failures_and_replays_keep_every_workflow_invari
 def test_a_cancel_handed_on_by_a_worker_that_died_is_taken_up_by_the_leader(spawn_worker):
     from reliableq import registry
     from reliableq.models import WorkflowCascade
-    from reliableq.queue import claim, finish, workflows
+    from reliableq.queue import claim, finish, graph
     from reliableq.worker import executor
     from tests.support import wait_until
 
@@ -177,7 +177,7 @@ def test_a_cancel_handed_on_by_a_worker_that_died_is_taken_up_by_the_leader(spaw
     # The head's end as a worker writes it, by a worker that dies before it goes on with the rest.
     [head], _ = claim(worker_id="gone", queues=["handed"], limit=1, lease_seconds=30, limits=registry.limits())
     finish([executor.run_attempt(head).finish])
-    assert Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).count() == workflows.WALK
+    assert Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).count() == graph.WALK
     assert WorkflowCascade.objects.exists()
 
     spawn_worker("--queues", "elsewhere")  # the leader, serving another queue: it takes it up all the same

@@ -1,5 +1,5 @@
-"""An operator replays a DEAD job, and a workflow's DEAD member, in a real browser (Debian's
-chromium, driven by Playwright).
+"""An operator replays a DEAD job, and a workflow's DEAD member, and makes a schedule that a running
+worker serves, in a real browser (Debian's chromium, driven by Playwright).
 
 The admin is served by a real gunicorn (testproject.processes.start_api) on the test database,
 and its CSS and JavaScript by that same server (WhiteNoise, after collectstatic, as a deployment
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.admin.models import LogEntry
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.core.management import call_command
 
 import reliableq
-from reliableq.models import Attempt, Job, JobStatus, Workflow, WorkflowStatus
+from reliableq.models import Attempt, Job, JobStatus, Schedule, Workflow, WorkflowStatus
 from reliableq.testing import drain
 from testproject import processes
 from tests.support import queue_database_env
@@ -279,3 +279,80 @@ def test_operator_walks_a_workflow_graph_and_replays_its_dead_member_in_a_browse
     (entry,) = LogEntry.objects.filter(object_id=str(dead.pk))
     assert entry.user_id == operator.pk
     assert (ARTIFACTS / "admin-workflow-graph.png").stat().st_size > 10_000
+
+
+def test_an_operators_schedule_made_in_the_admin_runs_with_no_restart(
+    playwright_api: Any,
+    live_admin: tuple[str, Path],
+    spawn_worker: Any,
+) -> None:
+    url, server_log = live_admin
+    sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
+    operator = make_staff("scheduler", ("reliableq", "change_schedule"), ("reliableq", "view_job"), password=PASSWORD)
+    worker = spawn_worker()  # running before the schedule exists; never restarted
+    worker.wait_for_output("is the maintenance leader", timeout=30)
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    # No ORM inside this block: Playwright's sync API runs an event loop in this thread.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = None
+        try:
+            context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            expect.set_options(timeout=15_000)
+
+            page.goto("/admin/login/?next=/admin/")
+            page.fill("#id_username", "scheduler")
+            page.fill("#id_password", PASSWORD)
+            page.click('input[type="submit"]')
+            expect(page.locator("#user-tools")).to_contain_text("scheduler")
+
+            page.goto("/admin/reliableq/schedule/add/")
+            page.fill("#id_name", "heartbeat")
+            page.select_option("#id_kind", "demo.noop")
+            page.fill("#id_cron", "every second")  # a mistake first: an error on its field, nothing saved
+            page.fill("#id_timezone", "Europe/Paris")
+            page.fill("#id_payload", '{"from": "the admin"}')
+            page.click('input[name="_save"]')
+            expect(page.locator(".field-cron .errorlist")).to_contain_text("Invalid cron expression")
+            page.fill("#id_cron", "*/4 * * * * *")  # each slot's job made a second ahead, then run
+            page.click('input[name="_save"]')
+            expect(page.locator("ul.messagelist")).to_contain_text("was added successfully")
+
+            row = page.locator("#result_list tbody tr").filter(has_text="heartbeat")
+            expect(row.locator("td.field-cron_display")).to_have_text("*/4 * * * * *")
+            expect(row.locator("td.field-timezone")).to_have_text("Europe/Paris")
+            # The running worker's leader finds the new row at its next round: its jobs run.
+            for _ in range(100):
+                page.reload()
+                if "SUCCEEDED" in (row.locator("td.field-last_slot_display").text_content() or ""):
+                    break
+                page.wait_for_timeout(300)
+            expect(row.locator("td.field-last_slot_display .rq-status")).to_have_text("SUCCEEDED")
+            page.screenshot(path=ARTIFACTS / "admin-schedule-list.png", full_page=True)
+
+            row.locator("input.action-select").check()
+            page.select_option('select[name="action"]', label="Disable selected schedules")
+            page.click('button[name="index"]')
+            expect(page.locator("ul.messagelist")).to_contain_text("Disabled 1 schedule(s).")
+            expect(row.locator("td.field-next_slot_display")).to_have_text("disabled")
+        except Exception as exc:
+            if page is not None:
+                page.screenshot(path=ARTIFACTS / "admin-browser-schedule-failure.png", full_page=True)
+            raise AssertionError(
+                f"{exc}\n--- gunicorn log ---\n{server_log.read_text(errors='replace')[-3000:]}"
+                f"\n--- worker log ---\n{worker.output()[-3000:]}"
+            ) from exc
+        finally:
+            browser.close()
+
+    assert worker.proc.poll() is None, "the worker ran on, never restarted"
+    made = Job.objects.filter(payload__schedule="heartbeat")
+    assert made.filter(status=JobStatus.SUCCEEDED).exists()
+    assert all(job.payload["from"] == "the admin" for job in made)
+    schedule = Schedule.objects.get(name="heartbeat")
+    assert not schedule.enabled and not schedule.from_code
+    entries = LogEntry.objects.filter(object_id=str(schedule.pk), user_id=operator.pk)
+    assert sorted(entries.values_list("action_flag", flat=True)) == [ADDITION, CHANGE]

@@ -23,10 +23,12 @@ REPORT_ORDER = [
     "flow",
     "fairness",
     "workflows",
+    "cancels",
     "recovery",
     "amplification",
     "pooler",
     "fleet",
+    "schedules",
 ]
 
 

@@ -35,8 +35,8 @@ def test_a_direct_connection_prepares_the_claim_and_the_finish_once_and_runs_the
         )
 
     statements = prepared()
-    claims = [runs for sql, runs in statements.items() if "claimed AS" in sql]
-    finishes = [runs for sql, runs in statements.items() if "fin AS" in sql]
+    claims = [runs for sql, runs in statements.items() if sql.startswith("/* reliableq:claim */")]
+    finishes = [runs for sql, runs in statements.items() if sql.startswith("/* reliableq:finish_jobs */")]
     assert claims == [6] and finishes == [6], statements
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 6
 

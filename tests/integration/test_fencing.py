@@ -31,7 +31,9 @@ def snapshot(job_id: uuid.UUID) -> dict:
 
 
 def updates(queries: CaptureQueriesContext) -> list[str]:
-    return [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("UPDATE", "WITH"))]
+    return [
+        q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("UPDATE", "WITH", "/*"))
+    ]
 
 
 @pytest.mark.django_db

@@ -51,12 +51,11 @@ def finish(jobs: list) -> None:
 
 def pick_buffers(floors: ClaimFloors | None) -> int:
     """Shared buffers that the claim's pick of 10 rows touches (EXPLAIN ANALYZE, rolled back)."""
-    sql, params = jobqueue_pick.take_sql(("default",), 10, (), None, floored=floors is not None)
+    picked, params = jobqueue_pick.picked_sql(("default",), 10, (), None, floored=floors is not None)
     if floors is not None:
         params = tuple(
             floors.bound(p.queue, sweep=False)[p.part] if isinstance(p, jobqueue_pick.Floor) else p for p in params
         )
-    picked = sql.split("WITH picked AS MATERIALIZED (", 1)[1].split("),\n            claimed AS", 1)[0]
     with db.atomic():
         with db.cursor() as cursor:
             # The due index, as the workers' picks read it (the plan guard keeps them on it): on a

@@ -22,11 +22,11 @@ from prometheus_client import generate_latest
 from rest_framework.test import APIClient
 
 import reliableq
-from reliableq import metrics, services, testing
+from reliableq import metrics, scheduler, schedules, services, testing
 from reliableq import queue as jobqueue
 from reliableq.errors import UnknownKind
-from reliableq.models import Job, JobStatus
-from reliableq.queue import db, health, horizon, leadership, scheduler, stats
+from reliableq.models import Job, JobStatus, Schedule
+from reliableq.queue import db, health, horizon, leadership, stats
 
 from .helpers import claim_jobs, expire, raw_connect
 
@@ -92,7 +92,11 @@ def test_the_package_works_with_the_default_database_refused() -> None:
     assert services.replay(dead).status == JobStatus.PENDING
     token = leadership.lead("maintenance", holder="w1", seconds=5, token=None)
     assert token is not None and leadership.resign("maintenance", token=token)
-    scheduler.schedule_next()
+    schedules.sync()
+    schedules.save(Schedule(name="alias", kind="demo.noop", cron="* * * * * *"))
+    scheduler.serve(late_seconds=16)
+    assert schedules.run_now("alias").kind == "demo.noop"
+    assert schedules.set_enabled("alias", False).next_slot is None
     jobqueue.guard_claims(["default"])
     assert services.retain() == {"SUCCEEDED": 0, "CANCELLED": 0, "DEAD": 0}
     snapshot = stats.snapshot()

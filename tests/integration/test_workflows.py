@@ -11,6 +11,7 @@ import reliableq
 from reliableq import queue as jobqueue
 from reliableq import registry, services
 from reliableq.models import Job, JobStatus, Workflow, WorkflowCascade, WorkflowCount, WorkflowStatus
+from reliableq.queue import graph
 from reliableq.queue import workflows as statements
 from reliableq.testing import drain, run_due
 from reliableq.worker import executor
@@ -463,7 +464,7 @@ def test_a_finish_cancels_a_bounded_share_of_a_long_chain_and_hands_the_rest_on(
     head = end_head(record)
     assert head.status == JobStatus.DEAD
     cancelled = Job.objects.filter(workflow=record, status=JobStatus.CANCELLED)
-    assert cancelled.count() == statements.WALK
+    assert cancelled.count() == graph.WALK
     assert WorkflowCascade.objects.exists()
     assert statements.drain() > 0
     assert cancelled.count() == 999 and not WorkflowCascade.objects.exists()

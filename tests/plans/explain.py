@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from psycopg import sql as sql_
+from psycopg._queries import PostgresQuery  # the text psycopg prepares a statement under
 
 from reliableq.models import Job
 from reliableq.queue import db
@@ -204,9 +205,14 @@ def _explain_generic(execute: Any, sql: str, params: Any, context: dict[str, Any
             raw.execute(sql, params, prepare=True)
         finally:
             connection_.prepare_threshold = threshold  # psycopg prepares nothing more on this connection
+        # Found by its text as psycopg sent it ($n placeholders), not as the newest: two statements
+        # prepared in one transaction have the same prepare_time, and one prepared earlier on this
+        # connection is not prepared again.
+        query = PostgresQuery(raw._tx)
+        query.convert(sql, params)
         raw.execute(
-            "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
-            " WHERE NOT from_sql ORDER BY prepare_time DESC LIMIT 1"
+            "SELECT name, parameter_types::text[] FROM pg_prepared_statements WHERE NOT from_sql AND statement = %s",
+            [query.query.decode()],
         )
         name, types = raw.fetchone()
         # A utility statement (EXPLAIN) takes no bound parameters: the values go in as literals.

@@ -169,6 +169,21 @@ def finish_members() -> object:
     return jobqueue.finish(finishes)
 
 
+def cascade() -> object:
+    """One step of a cancel handed on: a 1,000-member chain whose first member died, whose end cancelled
+    WALK members and handed the next on; the step cancels as many again and hands the next on."""
+    with quiet():
+        wf = reliableq.workflow(name="plans chain")
+        previous = wf.add("demo.noop", {}, name="m0", queue="wf-plans-chain")
+        for i in range(1, 1_000):
+            previous = wf.add("demo.noop", {}, name=f"m{i}", after=[previous], queue="wf-plans-chain")
+        wf.enqueue()
+        [head], _ = jobqueue.claim(worker_id="w-wf", queues=("wf-plans-chain",), limit=1, lease_seconds=30)
+        jobqueue.finish([Finish(job_id=head.id, lease_token=head.lease_token, status=JobStatus.DEAD,
+                                outcome=Outcome.FAILED_PERMANENT, workflow=True)])  # fmt: skip
+    return jobqueue.cascade()
+
+
 def mark_lost() -> object:
     return jobqueue.mark_lost(_held("w-3", 50), reason="lease lost: found by heartbeat, another owner has the job")
 
@@ -179,8 +194,8 @@ def release_unacknowledged() -> object:
 
 
 def schedule() -> object:
-    """The scheduler's insert of a cron slot: the first worker creates the job, the next finds it."""
-    key = f"cron:demo.noop:{uuid.uuid4()}"
+    """The scheduler's insert of a slot's job: the first round creates the job, the next finds it."""
+    key = f"schedule:{uuid.uuid4()}:2030-01-01T00:00:00+00:00"
     services.submit(tables.KIND, {"scheduled_for": "soon"}, JobOptions(dedupe_key=key))
     return services.submit(tables.KIND, {"scheduled_for": "soon"}, JobOptions(dedupe_key=key))
 
@@ -305,6 +320,13 @@ STATEMENTS = [
         what="finish 50 members of a 2,000-member fan-in (10 DEAD): count, cancel, fire",
         buffers=8_000,
         rows=500,
+    ),
+    Statement(
+        name="cascade",
+        call=cascade,
+        what="one step of a chain's cancel handed on: cancel 200 members and count their ends",
+        buffers=20_000,
+        rows=2_500,  # about eight probes of a job row per member cancelled (WALK of them), whatever the table
     ),
     Statement(name="mark_lost", call=mark_lost, what="mark 50 attempts lost", buffers=2_500, rows=500),
     Statement(

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 import reliableq
 from charges.models import Charge, ChargeRequest
-from reliableq import registry
-from reliableq.models import Job, JobStatus
-from reliableq.queue import scheduler
+from reliableq import registry, scheduler, schedules
+from reliableq.models import Job, JobStatus, Schedule
+from reliableq.queue.schedules import database_now
 from testproject import accounts
 from testproject.jobs import every_second
 
@@ -23,25 +21,26 @@ BODY = {"kind": "demo.noop", "payload": {"order": 1}}
 
 
 @pytest.fixture
-def cron_kind():
-    reliableq.handler("test.every_second", cron="* * * * * *")(every_second)
-    yield "test.every_second"
-    registry._handlers.pop("test.every_second")
+def periodic():
+    """A schedule whose next slot has come: the next round makes its job."""
+    reliableq.handler("test.periodic")(every_second)
+    schedule = schedules.save(Schedule(name="nightly", kind="test.periodic", cron="* * * * * *"))
+    slot = database_now().replace(microsecond=0)
+    Schedule.objects.filter(pk=schedule.pk).update(next_slot=slot)
+    yield slot
+    registry._handlers.pop("test.periodic")
 
 
-def test_a_users_key_cannot_take_a_cron_slot(client_of, cron_kind):
-    # A minute ahead, so that the slot is still in the future when the scheduler inserts it
-    # (a past run_at would be stored as the INSERT's now()) however slow this machine is.
-    now = scheduler.database_now() + dt.timedelta(minutes=1)
-    slot = scheduler.next_slot("* * * * * *", now)
+def test_a_users_key_cannot_take_a_schedules_slot(client_of, periodic):
     attacker = client_of("attacker", SUBMIT)
 
-    taken = attacker.submit(BODY, key=scheduler.slot_key(cron_kind, slot))
+    taken = attacker.submit(BODY, key=scheduler.slot_key("nightly", periodic))
 
     assert taken.status_code == 202, taken.text
-    created = scheduler.schedule_next(now)
-    assert [(j.kind, j.run_at) for j in created] == [(cron_kind, slot)], "the scheduler still made the slot's job"
-    assert Job.objects.filter(kind=cron_kind).count() == 1
+    scheduler.serve(late_seconds=16)
+    made = Job.objects.get(dedupe_key=scheduler.slot_key("nightly", periodic), dedupe_scope="")
+    assert made.kind == "test.periodic", "the round still made the slot's job"
+    assert made.payload["scheduled_for"] == periodic.isoformat()
 
 
 def test_another_users_key_returns_nothing_of_their_job(client_of):

@@ -11,7 +11,7 @@ import pytest
 
 from reliableq import services
 from reliableq.models import Attempt, Job, JobStatus, Workflow, WorkflowStatus
-from reliableq.queue.workflows import WALK
+from reliableq.queue.graph import WALK
 from tests.support import wait_until
 
 from .conftest import Client, Site, start_site

@@ -24,6 +24,9 @@ class Store:
     def __init__(self, lease: SharedLease, name: str) -> None:
         self.lease, self.name, self.calls = lease, name, Counter[str]()
         self.old_rows = 0  # retention rounds that will find old rows left
+        self.synced = 0
+        self.wait: float | None = None  # what a schedule round answers: the seconds until the next slot
+        self.late: list[float] = []
 
     def lead(self, duty: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
         if self.lease.holder in (None, holder) and (token is None or token == self.lease.token):
@@ -46,8 +49,13 @@ class Store:
         self.calls["handed_on"] += 1
         return False
 
-    def schedule_cron(self) -> None:
+    def schedule_cron(self, *, late_seconds: float) -> float | None:
         self.calls["schedule"] += 1
+        self.late.append(late_seconds)
+        return self.wait
+
+    def sync_schedules(self) -> None:
+        self.synced += 1
 
     def retain(self) -> Retained:
         self.calls["retain"] += 1
@@ -62,7 +70,7 @@ class Store:
 
 def service(store: Store, worker_id: str) -> Maintenance:
     return Maintenance(store, worker_id=worker_id, queues=("default",), lease_seconds=3.0, rescue_seconds=1.0,
-                       schedule_seconds=5.0, retention_seconds=60.0, has_crons=True)  # fmt: skip
+                       schedule_seconds=5.0, retention_seconds=60.0)  # fmt: skip
 
 
 def test_of_many_workers_only_the_leader_rescues_cascades_schedules_and_retains():
@@ -76,6 +84,7 @@ def test_of_many_workers_only_the_leader_rescues_cascades_schedules_and_retains(
     leader = stores[0]
     assert leader.calls == Counter(rescue=10, guard=10, handed_on=10, schedule=2, retain=1)
     assert all(not s.calls for s in stores[1:]), "the other 49 sent no maintenance statement"
+    assert [s.synced for s in stores] == [1] * 50, "each wrote the code's schedules once, at its start"
 
 
 def test_after_the_leader_resigns_another_worker_takes_the_duties_and_does_each_at_once():
@@ -104,3 +113,18 @@ def test_the_duty_lease_is_three_rescue_intervals_floored_and_never_longer_than_
     assert lead_seconds(30.0, 0.1) == LEAD_FLOOR_SECONDS  # a tiny POLL_SECONDS: a stall must not cost the lease
     assert lead_seconds(1.0, 5.0) == 1.0  # a worker whose jobs' lease is shorter than three intervals
     assert lead_seconds(600.0, 1.0) == 3.0  # long job leases no longer hold the fleet's rescues back
+
+
+def test_a_schedule_round_comes_again_when_the_next_slot_does_and_at_least_every_interval():
+    store = Store(SharedLease(), "w")
+    leader = service(store, "w")  # schedule_seconds 5, lease 3 s: lead_seconds 3
+    store.wait = 1.5  # a slot 1.5 s away
+    for tenth in range(0, 40):
+        leader.tick(tenth / 10)
+    assert store.calls["schedule"] == 3  # at 0, 1.5 and 3.0 s
+    store.wait = None  # no enabled schedule: back to every 5 s
+    for tenth in range(40, 130):
+        leader.tick(tenth / 10)
+    assert store.calls["schedule"] == 5  # at 4.5 and 9.5 s
+    # A slot older than two intervals and two duty leases when a round reaches it was missed.
+    assert set(store.late) == {2 * (5.0 + 3.0)}

@@ -10,13 +10,15 @@ from reliableq.models import JobStatus
 from reliableq.queue import limits, pick, sql
 from reliableq.registry import Rate
 
+CTE = r"^\s*(?:/\* reliableq:claim \*/ )?(?:WITH\s+)?(\w+) AS (?:MATERIALIZED )?\("  # a CTE's name, one a line
+
 
 @pytest.mark.django_db  # the ORM compiles FOR UPDATE inside a transaction only; nothing is sent
 def test_a_rated_claim_locks_its_window_before_the_pick_and_records_its_starts_beside_the_claim():
     statement, params = limits.rated_sql(("default",), 5, "test.rated", Rate(10, 1.0))
 
-    ctes = re.findall(r"^\s*(?:WITH\s+)?(\w+) AS (?:MATERIALIZED )?\(", statement, re.M)
-    assert ctes == ["rate_window", "picked", "claimed", "recorded", "opened"], statement
+    ctes = re.findall(CTE, statement, re.M)
+    assert ctes == ["rate_window", "picked", "moved", "recorded", "opened"], statement
     assert "UPDATE reliableq_ratewindow r SET (buckets, counts)" in " ".join(statement.split())
     assert params[0] == "test.rated"
 
@@ -25,9 +27,11 @@ def test_a_rated_claim_locks_its_window_before_the_pick_and_records_its_starts_b
 def test_a_plain_claim_has_no_window_and_a_claim_takes_one_pick_only():
     statement, _ = pick.take_sql(("default",), 5, (), None)
 
-    assert re.findall(r"^\s*(?:WITH\s+)?(\w+) AS (?:MATERIALIZED )?\(", statement, re.M) == [
+    assert re.findall(
+        r"^\s*(?:/\* reliableq:claim \*/ )?(?:WITH\s+)?,?(\w+) AS (?:MATERIALIZED )?\(", statement, re.M
+    ) == [
         "picked",
-        "claimed",
+        "moved",
         "opened",
     ]
     with pytest.raises(ValueError, match="not both"):

@@ -147,7 +147,10 @@ class FakeStore:
         with self.lock:
             return any(row.status in ("PENDING", "RUNNING") for row in self.rows.values())
 
-    def schedule_cron(self) -> None:
+    def schedule_cron(self, *, late_seconds: float) -> float | None:
+        return None
+
+    def sync_schedules(self) -> None:
         pass
 
     def lead(self, name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:

@@ -1,0 +1,163 @@
+"""One door for every change of a job's status (reliableq.queue.door).
+
+A trigger of the test's own records, for each job row whose status an UPDATE changes, the text of
+the statement that changed it: every one must be a statement the door made (it begins with the
+door's mark), whichever way in the change came. The workload takes every way a job's status changes:
+a claim, finishes (a success, a retry, a burial, a member's end that releases and one that cancels),
+a rescue, the release of an unacknowledged claim, a cancel, a purge, a replay, a workflow's cancel,
+the rest of a cancel handed on, and the cancel of a member left stuck.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import reliableq
+from reliableq import queue as jobqueue
+from reliableq import services
+from reliableq.models import Job, JobStatus, Outcome, WorkflowCount
+from reliableq.queue import Finish, db, door, graph
+from reliableq.queue import workflows as statements
+
+from .helpers import claim_jobs, expire
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def changes() -> Iterator[list[tuple[str, str, str]]]:
+    """(statement, old status, new status) of every status change, in order, filled in as they happen."""
+    with db.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE door_seen (n serial, query text, old text, new text)")
+        cursor.execute(
+            """CREATE FUNCTION pg_temp.door_probe() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN
+                   INSERT INTO pg_temp.door_seen (query, old, new) VALUES (current_query(), OLD.status, NEW.status);
+                   RETURN NULL;
+               END $$"""
+        )
+        cursor.execute(
+            "CREATE TRIGGER door_probe AFTER UPDATE ON reliableq_job FOR EACH ROW"
+            " WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION pg_temp.door_probe()"
+        )
+    seen: list[tuple[str, str, str]] = []
+    yield seen
+    with db.cursor() as cursor:
+        cursor.execute("DROP TRIGGER door_probe ON reliableq_job")
+
+
+def read(seen: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    with db.cursor() as cursor:
+        cursor.execute("SELECT query, old, new FROM pg_temp.door_seen ORDER BY n")
+        seen[:] = cursor.fetchall()
+    return seen
+
+
+def door_name(query: str) -> str | None:
+    found = re.match(r"\s*/\* reliableq:(\w+) \*/", query)
+    return found.group(1) if found else None
+
+
+def enqueue(kind: str = "demo.noop", **options: object) -> uuid.UUID:
+    return reliableq.enqueue(kind, {}, **options).id  # type: ignore[arg-type]
+
+
+def end(job_id: uuid.UUID, token: uuid.UUID, status: str, outcome: str, **more: object) -> None:
+    jobqueue.finish([Finish(job_id=job_id, lease_token=token, status=status, outcome=outcome, **more)])  # type: ignore[arg-type]
+
+
+def test_every_change_of_a_jobs_status_is_made_by_the_door(changes: list[tuple[str, str, str]]) -> None:
+    finished, retried, buried = enqueue(), enqueue(max_attempts=3), enqueue(max_attempts=1)
+    taken = {job.id: job for job in claim_jobs(limit=10)}
+    jobqueue.finish([
+        Finish(job_id=finished, lease_token=taken[finished].lease_token, status=JobStatus.SUCCEEDED,
+               outcome=Outcome.SUCCEEDED),
+        Finish(job_id=retried, lease_token=taken[retried].lease_token, status=JobStatus.PENDING,
+               outcome=Outcome.FAILED_TRANSIENT, error="try again", delay=60.0),
+        Finish(job_id=buried, lease_token=taken[buried].lease_token, status=JobStatus.DEAD,
+               outcome=Outcome.FAILED_PERMANENT, error="never"),
+    ])  # fmt: skip
+
+    enqueue(max_attempts=1)
+    (job,) = claim_jobs()
+    expire(job.id)
+    jobqueue.rescue()
+
+    enqueue(max_attempts=1)
+    claim_jobs(worker_id="w-unheard")
+    jobqueue.release_unacknowledged(worker_id="w-unheard", known=[])
+
+    services.cancel(enqueue())
+    enqueue(queue="flood")
+    services.purge("flood")
+    services.replay(buried)
+
+    # A workflow: a member's success releases the next, a death cancels a long chain, handed on.
+    wf = reliableq.workflow(name="door")
+    first = wf.add("demo.noop", {}, name="first", queue="wf-door")
+    head = wf.add("wf.step", {"fail": True}, name="head", after=[first], queue="wf-door")
+    previous = head
+    for n in range(graph.WALK + 50):
+        previous = wf.add("demo.noop", {}, name=f"m{n}", after=[previous], queue="wf-door")
+    record = wf.enqueue()
+    for _ in range(2):
+        (member,) = claim_jobs(queues=["wf-door"])
+        failing = member.member_name == "head"
+        end(member.id, member.lease_token, JobStatus.DEAD if failing else JobStatus.SUCCEEDED,
+            Outcome.FAILED_PERMANENT if failing else Outcome.SUCCEEDED, workflow=True)  # fmt: skip
+    assert statements.drain() > 0
+    other = reliableq.workflow(name="door, cancelled")
+    other.add("demo.noop", {}, name="a", queue="wf-door")
+    reliableq.cancel_workflow(other.enqueue().id)
+
+    seen = read(changes)
+    assert {door_name(query) for query, _, _ in seen} >= {
+        "claim", "finish_jobs", "finish", "rescue", "release_unacknowledged", "cancel", "purge", "replay",
+        "cascade", "cancel_workflow",
+    }  # fmt: skip
+    bypassed = [(query[:120], old, new) for query, old, new in seen if door_name(query) is None]
+    assert not bypassed, f"status changed by a statement the door did not make: {bypassed}"
+    assert Job.objects.filter(workflow=record, status=JobStatus.CANCELLED).count() == graph.WALK + 50
+    assert not WorkflowCount.objects.filter(workflow=record.pk, shard=-1, remaining__gt=0).exists()
+
+
+def test_a_status_changed_behind_the_doors_back_is_seen(changes: list[tuple[str, str, str]]) -> None:
+    job = enqueue()
+    Job.objects.filter(pk=job).update(status=JobStatus.CANCELLED)
+    [(query, old, new)] = read(changes)
+    assert door_name(query) is None and (old, new) == ("PENDING", "CANCELLED")
+
+
+def stuck_member() -> tuple[uuid.UUID, uuid.UUID]:
+    """A member left WAITING with every upstream ended and one failed (as a replay racing an end
+    leaves one): (its upstream that is still to end, the member)."""
+    wf = reliableq.workflow(name="stuck")
+    a = wf.add("demo.noop", {}, name="a")
+    b = wf.add("demo.noop", {}, name="b")
+    wf.add("demo.noop", {}, name="c", after=[a, b])
+    record = wf.enqueue()
+    a_id, b_id = (Job.objects.get(workflow=record, member_name=n).pk for n in "ab")
+    c_id = Job.objects.get(workflow=record, member_name="c").pk
+    # b has failed and been counted; c was left waiting: only a's end is still to count.
+    Job.objects.filter(pk=b_id).update(status=JobStatus.DEAD)
+    WorkflowCount.objects.filter(target=c_id, shard=-1).update(remaining=1, failed=1)
+    return a_id, c_id
+
+
+@pytest.mark.parametrize("how", ["purge", "cancel_workflow"])
+def test_a_purge_and_a_workflows_cancel_take_a_stuck_member_down_as_a_finish_would(how: str) -> None:
+    a_id, c_id = stuck_member()
+    if how == "purge":
+        assert services.purge("default") >= 1
+    else:
+        reliableq.cancel_workflow(Job.objects.get(pk=a_id).workflow_id)
+    assert Job.objects.get(pk=c_id).status == JobStatus.CANCELLED
+
+
+def test_every_door_statement_is_marked_and_the_door_refuses_an_odd_name() -> None:
+    with pytest.raises(ValueError, match="a word"):
+        door.statement("two words", moved="SELECT 1", change=door.Change.STARTED, tail="SELECT 1")
