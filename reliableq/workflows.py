@@ -31,6 +31,7 @@ from .queue import workflows as statements
 from .queue.fairness import turn_for
 
 MAX_MEMBERS = 10_000
+MAX_AFTER = 100_000  # `after` entries in all: what the edges, the statements that walk them and a read cost
 EVENTS = ("success", "failure", "complete")
 CANCELLED = "Cancelled the workflow"
 
@@ -136,6 +137,11 @@ def _members(builder: WorkflowBuilder, submitted_by: Any = None) -> list[stateme
         raise InvalidWorkflow("A workflow needs at least one member.")
     if len(planned) > MAX_MEMBERS:
         raise InvalidWorkflow(f"A workflow has at most {MAX_MEMBERS} members, not {len(planned)}.", field="members")
+    entries = sum(len(p.after) for p in planned)
+    if entries > MAX_AFTER:
+        raise InvalidWorkflow(
+            f"A workflow has at most {MAX_AFTER:,} `after` entries in all, not {entries:,}.", field="members"
+        )
     by_name: dict[str, int] = {}
     duplicates = []
     try:
@@ -298,11 +304,11 @@ def store(
     bound = pending_bound(submitted_by)
     with db.atomic(), tracing.publishing("workflow", members[0].queue) as trace_context:
         if bound is not None:
-            # Every member counts, WAITING ones too: they are rows the submitter made. Concurrent
-            # submissions each count in their own snapshot, as for batches.
+            # Every member counts, WAITING ones too, and each callback: they are rows the submitter
+            # makes. Concurrent submissions each count in their own snapshot, as for batches.
             held = statements.held(scope, bound)
-            if held + len(members) > bound:
-                raise TooManyUnfinished(held, bound, adding=len(members))
+            if held + len(members) + len(callbacks) > bound:
+                raise TooManyUnfinished(held, bound, adding=len(members) + len(callbacks))
         made = statements.store(
             workflow_id=workflow_id,
             name=builder.name,

@@ -93,9 +93,15 @@ def queue(summary: QueueSummary) -> dict[str, Any]:
 
 
 def workflow(
-    record: Any, members: Iterable[Job], callbacks: Iterable[Job], after: dict[Any, list[str]]
+    record: Any,
+    members: Iterable[Job],
+    callbacks: Iterable[Job],
+    after: dict[Any, list[str]],
+    *,
+    next_page: str | None = None,
 ) -> dict[str, Any]:
-    """A workflow with its members (each with the names it runs after) and the callbacks fired."""
+    """A workflow with a page of its members (each with the names it runs after), the callbacks
+    fired, and `next`, the next page's URL (None on the last)."""
     return {
         "id": str(record.id),
         "name": record.name,
@@ -118,9 +124,10 @@ def workflow(
             }
             for c in callbacks
         ],
+        "next": next_page,
     }
 
 
 def _run_of(callback: Job) -> int | None:
     run = callback.callback[0]
-    return int(run) if run.isdigit() else None
+    return int(run) if run.isdecimal() else None

@@ -29,6 +29,14 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "payload_too_large"
 
 
+class LargerThanRate(exceptions.APIException):
+    """A request that costs more than a whole window of the submit rate: waiting never admits it (no Retry-After)."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request costs more than the submission rate admits in a whole window."
+    default_code = "larger_than_rate"
+
+
 class ServiceUnavailable(exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The service is unavailable; try again later."

@@ -230,7 +230,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "Workflow": {
         "type": "object",
-        "required": ["id", "name", "status", "run", "members", "callbacks"],
+        "required": ["id", "name", "status", "run", "members", "callbacks", "next"],
         "properties": {
             "id": UUID,
             "name": {"type": "string"},
@@ -264,6 +264,11 @@ SCHEMAS: dict[str, Any] = {
                         "status": {"type": "string"},
                     },
                 },
+            },
+            "next": {
+                "type": "string",
+                "nullable": True,
+                "description": "The URL of the next page of members; null on the last.",
             },
         },
     },
@@ -420,9 +425,16 @@ PATHS: dict[str, Any] = {
                 "401": AUTH_ERRORS["401"],
                 "403": problem_response("Missing reliableq.submit_job, or a member's kind is not open to HTTP."),
                 "409": problem_response("The Idempotency-Key was used with another body."),
-                "413": problem_response("Over 10,000 members, or a payload over MAX_PAYLOAD_BYTES."),
+                "413": problem_response(
+                    "Over 10,000 members or 100,000 `after` entries, a payload over MAX_PAYLOAD_BYTES, or a cost "
+                    "(the members, or the `after` entries when more) over a whole window of reliableq_submit's "
+                    "rate: raise the rate or split the workflow."
+                ),
                 "415": problem_response("The body is not JSON."),
-                "429": problem_response("Too many submissions, or MAX_PENDING_PER_SUBMITTER unfinished jobs held."),
+                "429": {
+                    **problem_response("Too many submissions, or MAX_PENDING_PER_SUBMITTER unfinished jobs held."),
+                    "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}},
+                },
                 "503": problem_response("The workflow could not be stored; nothing was made."),
             },
         }
@@ -430,10 +442,24 @@ PATHS: dict[str, Any] = {
     "/v1/workflows/{id}": {
         "get": {
             "operationId": "getWorkflow",
-            "parameters": [ID_PARAM],
+            "summary": "The workflow, a page of its members (by id, with their `after` names), the callbacks fired.",
+            "parameters": [
+                ID_PARAM,
+                {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "From `next`."},
+                {"name": "page_size", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            ],
             "responses": {
-                "200": json_response("The workflow, its members and the callbacks fired.", ref("Workflow")),
+                "200": json_response(
+                    "A page: at most page_size members (default 1,000), fewer once their `after` lists reach "
+                    "10,000 names.",
+                    ref("Workflow"),
+                ),
+                "400": problem_response("An unknown query parameter, or a bad `cursor` or `page_size`."),
                 "404": problem_response("No such workflow (or another user's, without reliableq.view_job)."),
+                "429": {
+                    **problem_response("Too many reads (throttle scope reliableq_read)."),
+                    "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}},
+                },
                 **AUTH_ERRORS,
             },
         }
@@ -459,7 +485,10 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "202": json_response("All accepted and committed, in the order given.", ref("JobBatchResult")),
                 "400": problem_response("Invalid items; `errors` names each by index (jobs[3].kind). Nothing stored."),
-                "413": problem_response("A payload over MAX_PAYLOAD_BYTES, or a body over what the server accepts."),
+                "413": problem_response(
+                    "A payload over MAX_PAYLOAD_BYTES, a body over what the server accepts, or more jobs than a whole "
+                    "window of reliableq_submit's rate admits (raise the rate or split the batch)."
+                ),
                 "415": problem_response("The body is not JSON."),
                 "429": {
                     **problem_response("Too many submissions (throttle scope reliableq_submit)."),

@@ -62,6 +62,8 @@ class WindowThrottle(UserRateThrottle):
         duration: int = self.duration  # type: ignore[attr-defined]
         limit: int = self.num_requests  # type: ignore[attr-defined]
         self.over_rate = cost > limit
+        if self.over_rate:
+            return False  # no window will ever admit it: nothing to count
         # incr() counts in the window; the window's first request starts the count with add()
         # (expiring with the window). One cache operation per request but the first.
         try:

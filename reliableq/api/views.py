@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import uuid
 from typing import Any, cast
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from django.db import DatabaseError
 from django.db.models import prefetch_related_objects
@@ -79,15 +80,19 @@ class JobPagination(CursorPagination):
     max_page_size = 500
 
     def decode_cursor(self, request: Request) -> Any:
-        """DRF's cursor, checked: a bad one is a 400 (a bad filter), never a 404 or a 500.
+        """DRF's cursor, checked: a bad one is a 400 (a bad filter), never a 404, a 500 or the first page.
 
-        DRF answers an undecodable cursor with 404, and passes a decodable one's position
-        straight into a created_at filter, where a position that is not a timestamp raises
-        Django's ValidationError (a 500).
+        DRF answers an undecodable cursor with 404, reads text that is not base64 (`'`) as an
+        empty cursor (the first page), and passes a decodable one's position straight into a
+        created_at filter, where a position that is not a timestamp raises Django's
+        ValidationError (a 500).
         """
         invalid = exceptions.ValidationError(
             {"cursor": ["Invalid cursor: pass back a `next` or `previous` link unchanged."]}
         )
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is not None and not _cursor_tokens(encoded):
+            raise invalid
         try:
             cursor = super().decode_cursor(request)
         except exceptions.NotFound:
@@ -100,6 +105,18 @@ class JobPagination(CursorPagination):
             if position is None or timezone.is_naive(position):
                 raise invalid
         return cursor
+
+
+def _cursor_tokens(encoded: str) -> bool:
+    """Whether `encoded` is strict base64 of a query string of DRF's cursor fields, each once (every
+    cursor DRF writes has one at least: a `next` has a position or an offset, a `previous` r=1)."""
+    try:
+        text = base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=True)
+    except ValueError:  # binascii.Error and UnicodeError are ValueErrors
+        return False
+    names = [name for name, _ in pairs]
+    return bool(names) and len(set(names)) == len(names) and set(names) <= {"o", "r", "p"}
 
 
 class JobListView(BaseAPIView):
@@ -223,14 +240,18 @@ def _submit(request: Request, sub: Submission, key: str | None) -> tuple[Job, bo
 
 
 def charge(view: BaseAPIView, request: Request, jobs: int) -> None:
-    """Count `jobs` against the submitter's throttle, or answer 429 with Retry-After."""
+    """Count `jobs` against the submitter's throttle: 429 with Retry-After when this window has no room
+    left for them, 413 without it when they are more than a whole window admits (waiting never helps)."""
     for throttle in view.get_throttles():
         if isinstance(throttle, SubmitThrottle) and not throttle.charge(request, view, jobs):
             limit = getattr(throttle, "num_requests", None)
             if throttle.over_rate:
-                detail = f"A batch of {jobs} jobs is more than the submission rate allows in one window ({limit})."
-            else:
-                detail = f"Submission rate exceeded: {limit} jobs per window (a batch of N counts N)."
+                raise problems.LargerThanRate(
+                    f"This request counts {jobs:,} jobs against the submission rate, more than a whole window "
+                    f"admits ({throttle.rate}, scope {throttle.scope}): raise that rate "
+                    f'(REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["{throttle.scope}"]) or split the request.'
+                )
+            detail = f"Submission rate exceeded: {limit} jobs per window (a batch of N counts N)."
             raise exceptions.Throttled(wait=throttle.wait(), detail=detail)
 
 
@@ -316,7 +337,8 @@ class QueueListView(BaseAPIView):
         if after and not rules.QUEUE.fullmatch(after):
             raise exceptions.ValidationError({"after": [f"after must be a queue name: {rules.QUEUE_HELP}."]})
         size_text = request.query_params.get("page_size", str(stats.QUEUE_PAGE))
-        if not size_text.isdigit() or not 1 <= int(size_text) <= stats.MAX_QUEUE_PAGE:
+        # isdecimal, not isdigit: "²".isdigit() is true, and int() refuses it (a 500).
+        if not size_text.isdecimal() or not 1 <= int(size_text) <= stats.MAX_QUEUE_PAGE:
             raise exceptions.ValidationError(
                 {"page_size": [f"page_size must be an integer from 1 to {stats.MAX_QUEUE_PAGE}."]}
             )

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import rules
 from ..models import OnUpstreamFailure
-from ..workflows import EVENTS, MAX_MEMBERS, WorkflowBuilder
+from ..workflows import EVENTS, MAX_AFTER, MAX_MEMBERS, WorkflowBuilder
 from .submission import Invalid, Submission, parse
 
 WORKFLOW_FIELDS = ("name", "members", "callbacks")
@@ -23,8 +23,23 @@ CALLBACK_FIELDS = ("kind", "payload", "queue", "priority", "max_attempts")
 NOT_OPEN = "cannot be submitted over HTTP"  # reliableq.registry.for_http's refusal, to sort it out
 
 
-class TooManyMembers(Exception):
-    """Over MAX_MEMBERS members: the view answers 413."""
+class TooLarge(Exception):
+    """Over MAX_MEMBERS members or MAX_AFTER `after` entries: the view answers 413."""
+
+
+def cost(data: Any) -> int:
+    """What the body costs against the submit rate, counted before anything in it is checked: its
+    members, plus its `after` entries beyond one per member (a chain or a fan-in costs its members,
+    a dense graph its entries). TooLarge past either bound, at the price of one pass over the list."""
+    members = data.get("members") if isinstance(data, dict) else None
+    if not isinstance(members, list):
+        return 1
+    if len(members) > MAX_MEMBERS:
+        raise TooLarge(f"At most {MAX_MEMBERS:,} members per workflow; this one has {len(members):,}.")
+    entries = sum(len(m["after"]) for m in members if isinstance(m, dict) and isinstance(m.get("after"), list))
+    if entries > MAX_AFTER:
+        raise TooLarge(f"At most {MAX_AFTER:,} `after` entries per workflow in all; this one has {entries:,}.")
+    return max(1, len(members), entries)
 
 
 @dataclass(slots=True)
@@ -39,7 +54,7 @@ def _is_closed(messages: list[str]) -> bool:
 
 
 def parse_workflow(data: Any) -> WorkflowBuilder:
-    """The body as a builder (nothing stored); Invalid, Closed, TooManyMembers or rules.PayloadTooLarge."""
+    """The body as a builder (nothing stored); Invalid, Closed, TooLarge or rules.PayloadTooLarge."""
     if not isinstance(data, dict):
         raise Invalid({"non_field_errors": ["The body must be a JSON object."]})
     unknown = sorted(set(data) - set(WORKFLOW_FIELDS))
@@ -52,7 +67,7 @@ def parse_workflow(data: Any) -> WorkflowBuilder:
     if not isinstance(members, list) or not members:
         raise Invalid({"members": ["A non-empty list of members is required."]})
     if len(members) > MAX_MEMBERS:
-        raise TooManyMembers(f"At most {MAX_MEMBERS} members per workflow; this one has {len(members)}.")
+        raise TooLarge(f"At most {MAX_MEMBERS:,} members per workflow; this one has {len(members):,}.")
     builder = WorkflowBuilder(name=name)
     errors: dict[str, list[str]] = {}
     closed: dict[str, list[str]] = {}

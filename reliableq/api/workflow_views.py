@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db import DatabaseError
 from rest_framework import exceptions, status
@@ -12,15 +13,15 @@ from rest_framework.response import Response
 
 from .. import rules, workflows
 from ..errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
-from ..models import Job, Workflow, WorkflowEdge
+from ..models import Workflow
 from ..services import dedupe_scope
-from . import documents, problems
+from . import documents, problems, workflow_pages, workflow_submission
 from .base import BaseAPIView
 from .permissions import holds
 from .submission import Invalid
-from .throttles import SubmitThrottle
+from .throttles import ReadThrottle, SubmitThrottle
 from .views import charge
-from .workflow_submission import Closed, TooManyMembers, parse_workflow
+from .workflow_pages import PAGE
 
 
 def _visible(workflow_id: str, request: Request) -> Workflow:
@@ -34,16 +35,18 @@ def _visible(workflow_id: str, request: Request) -> Workflow:
     return found
 
 
-def _document(record: Workflow) -> dict[str, Any]:
-    jobs = list(Job.objects.filter(workflow=record).order_by("id"))
-    names = {j.id: j.member_name for j in jobs if j.member_name is not None}
-    after: dict[Any, list[str]] = {}
-    for upstream, target in WorkflowEdge.objects.filter(workflow=record.pk).values_list("upstream", "target"):
-        if target in names and upstream in names:
-            after.setdefault(target, []).append(str(names[upstream]))
-    members = [j for j in jobs if j.member_name is not None]
-    callbacks = sorted((j for j in jobs if j.member_name is None), key=lambda j: j.created_at)
-    return documents.workflow(record, members, callbacks, after)
+def _document(
+    record: Workflow, request: Request, *, cursor: uuid.UUID | None = None, size: int = PAGE
+) -> dict[str, Any]:
+    """The workflow with a page of its members; `next` carries the cursor of the page after it."""
+    found = workflow_pages.page(record.pk, cursor=cursor, size=size)
+    next_page = None
+    if found.last is not None:
+        query = urlencode({"cursor": str(found.last), "page_size": size})
+        next_page = request.build_absolute_uri(f"/v1/workflows/{record.pk}?{query}")
+    return documents.workflow(
+        record, found.members, workflow_pages.callbacks(record.pk), found.after, next_page=next_page
+    )
 
 
 class WorkflowListView(BaseAPIView):
@@ -57,25 +60,25 @@ class WorkflowListView(BaseAPIView):
     def post(self, request: Request) -> Response:
         key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
         data = request.data
-        members = data.get("members") if isinstance(data, dict) else None
-        if isinstance(members, list) and len(members) > workflows.MAX_MEMBERS:
-            raise problems.PayloadTooLarge(
-                f"At most {workflows.MAX_MEMBERS} members per workflow; this one has {len(members)}."
-            )
-        # Counted before the members are checked: invalid workflows cost what valid ones do.
-        charge(self, request, max(1, len(members)) if isinstance(members, list) else 1)
+        try:
+            # Counted before the members are checked (invalid workflows cost what valid ones do),
+            # after the bounds that make a body too large to look at.
+            cost = workflow_submission.cost(data)
+        except workflow_submission.TooLarge as exc:
+            raise problems.PayloadTooLarge(str(exc)) from None
+        charge(self, request, cost)
         try:
             if key is not None:
                 rules.key(key, field="Idempotency-Key")
-            builder = parse_workflow(data)
+            builder = workflow_submission.parse_workflow(data)
             record, created = workflows.store(builder, submitted_by=request.user, dedupe_key=key)
-        except TooManyMembers as exc:
+        except workflow_submission.TooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
         except rules.PayloadTooLarge as exc:
             raise problems.PayloadTooLarge(str(exc)) from None
         except Invalid as exc:
             raise exceptions.ValidationError(exc.errors) from None
-        except Closed as exc:
+        except workflow_submission.Closed as exc:
             raise exceptions.PermissionDenied(
                 {k: v for k, v in exc.errors.items()} | {"detail": "These kinds are not open to HTTP."}
             ) from None
@@ -93,17 +96,32 @@ class WorkflowListView(BaseAPIView):
                 "The workflow could not be stored; nothing was made. Try again."
             ) from None
         return Response(
-            _document(record),
+            _document(record, request),
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
             headers={"Location": f"/v1/workflows/{record.id}"},
         )
 
 
 class WorkflowDetailView(BaseAPIView):
-    """GET /v1/workflows/<id>: its submitter's, or anyone's with reliableq.view_job."""
+    """GET /v1/workflows/<id>: its submitter's, or anyone's with reliableq.view_job; a page of members."""
+
+    query_parameters = frozenset({"cursor", "page_size"})
+
+    throttle_classes = [ReadThrottle]
 
     def get(self, request: Request, workflow_id: str) -> Response:
-        return Response(_document(_visible(workflow_id, request)))
+        record = _visible(workflow_id, request)
+        size_text = request.query_params.get("page_size", str(PAGE))
+        if not size_text.isdecimal() or not 1 <= int(size_text) <= PAGE:
+            raise exceptions.ValidationError({"page_size": [f"page_size must be an integer from 1 to {PAGE}."]})
+        cursor = request.query_params.get("cursor")
+        try:
+            after = None if cursor is None else uuid.UUID(cursor)
+        except ValueError:
+            raise exceptions.ValidationError(
+                {"cursor": ["Invalid cursor: pass back a `next` link unchanged."]}
+            ) from None
+        return Response(_document(record, request, cursor=after, size=int(size_text)))
 
 
 class WorkflowCancelView(BaseAPIView):
@@ -115,4 +133,4 @@ class WorkflowCancelView(BaseAPIView):
             record = workflows.cancel_workflow(record.pk, by=request.user)
         except WrongStatus as exc:
             raise problems.Conflict(str(exc)) from None
-        return Response(_document(record))
+        return Response(_document(record, request))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 
+from reliableq.api import workflow_pages
 from reliableq.models import Job, JobStatus, Workflow
 from reliableq.testing import drain
 
@@ -142,5 +143,66 @@ def test_a_workflow_of_n_members_counts_n_against_the_submit_rate(settings, make
     problem_of(client.post(URL, body(n=0), format="json"), 429)  # 2 more
     invalid = body(n=0)
     invalid["members"][0]["kind"] = 7
-    problem_of(make_client(SUBMIT).post(URL, {"members": invalid["members"] * 4}, format="json"), 429)  # 8 > 6
+    other = make_client(SUBMIT)
+    problem_of(other.post(URL, {"members": invalid["members"] * 3}, format="json"), 400)  # 6 invalid members
+    problem_of(other.post(URL, body(n=0), format="json"), 429)  # ... counted 6 of 6
+    never = make_client(SUBMIT).post(URL, {"members": invalid["members"] * 4}, format="json")
+    assert "6/d" in problem_of(never, 413)["detail"] and "Retry-After" not in never  # 8 > 6: no window admits it
     cache.clear()
+
+
+def dense(n: int) -> dict[str, Any]:
+    names = [f"m{i:02d}" for i in range(n)]
+    return {"members": [{"name": m, "kind": "wf.step", "payload": {}, "after": names[:i]} for i, m in enumerate(names)]}
+
+
+def pages(client: Any, first: dict[str, Any]) -> list[dict[str, Any]]:
+    """`first` and every page its `next` links lead to."""
+    found = [first]
+    while found[-1]["next"]:
+        answer = client.get(found[-1]["next"])
+        assert answer.status_code == 200, answer.content
+        found.append(answer.json())
+    return found
+
+
+def test_a_page_stops_once_its_after_lists_reach_page_after_names(make_client, monkeypatch):
+    """PAGE_AFTER lowered from 10,000 to 10: the same cut, on a graph of 20 members (190 names)."""
+    monkeypatch.setattr(workflow_pages, "PAGE_AFTER", 10)
+    client = make_client(SUBMIT)
+    made = client.post(URL, dense(20), format="json")
+    assert made.status_code == 202, made.content
+
+    read = pages(client, made.json())
+
+    by_id = [j.member_name for j in Job.objects.filter(workflow_id=made.json()["id"]).order_by("id")]
+    assert [m["name"] for p in read for m in p["members"]] == by_id
+    after = {m["name"]: m["after"] for p in read for m in p["members"]}
+    assert after == {f"m{i:02d}": [n for n in by_id if n < f"m{i:02d}"] for i in range(20)}  # in id order too
+    for page in read:
+        listed = sum(len(m["after"]) for m in page["members"])
+        assert listed <= 10 or len(page["members"]) == 1, page  # a member of 11 names or more: alone
+    assert sum(len(p["members"]) == 1 for p in read) >= 9  # m11 to m19
+    assert read[0]["callbacks"] == [] and all(p["id"] == made.json()["id"] for p in read)
+
+    # A cut past the first chunk of in-degrees counted (64 members): a fan-out of 100, 80 names a page.
+    monkeypatch.setattr(workflow_pages, "PAGE_AFTER", 80)
+    fan = [{"name": "root", "kind": "wf.step", "payload": {}}]
+    fan += [{"name": f"leaf-{i}", "kind": "wf.step", "payload": {}, "after": ["root"]} for i in range(99)]
+    read = pages(client, client.post(URL, {"members": fan}, format="json").json())
+    assert len(read) == 2 and sum(len(m["after"]) for m in read[0]["members"]) == 80  # (the root, by id, anywhere)
+    assert sorted(m["name"] for p in read for m in p["members"]) == sorted(m["name"] for m in fan)
+
+
+def test_a_workflows_page_size_and_cursor_are_checked_once_it_is_visible(make_client):
+    owner, stranger = make_client(SUBMIT), make_client(SUBMIT)
+    made = owner.post(URL, body(n=3), format="json").json()
+    path = f"{URL}/{made['id']}"
+
+    for query in ("page_size=0", "page_size=1001", "page_size=%C2%B2", "cursor=nope", "cursor=%27"):
+        problem_of(owner.get(f"{path}?{query}"), 400)
+    problem_of(owner.get(f"{path}?colour=red"), 400)
+    problem_of(stranger.get(f"{path}?cursor=nope"), 404)  # the same answer as for no workflow at all
+    one_by_one = pages(owner, owner.get(f"{path}?page_size=1").json())
+    assert [len(p["members"]) for p in one_by_one] == [1] * 5
+    assert sorted(m["name"] for p in one_by_one for m in p["members"]) == sorted(m["name"] for m in made["members"])
