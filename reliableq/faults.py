@@ -12,16 +12,11 @@ from .conf import reliableq_settings
 
 logger = logging.getLogger("reliableq.faults")
 
-POINTS = (
-    "after_claim_before_effect",
-    "after_effect_before_finalize",
-    "during_finalize",
-    # A job's steps (job.step): before its function runs, after it returned and before its record
-    # commits, after the record committed.
-    "before_step",
-    "after_step_before_record",
-    "after_step_record",
-)
+ATTEMPT_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize")
+# A job's steps (job.step): before its function runs, after it returned and before its record
+# commits, after the record committed.
+STEP_POINTS = ("before_step", "after_step_before_record", "after_step_record")
+POINTS = (*ATTEMPT_POINTS, *STEP_POINTS)
 
 _lock = threading.Lock()
 _rng: random.Random | None = None

@@ -11,7 +11,7 @@ import signal
 import pytest
 
 import reliableq
-from reliableq.faults import POINTS
+from reliableq.faults import ATTEMPT_POINTS as POINTS  # the attempt's windows; steps: test_steps.py
 from reliableq.models import JobStatus, Outcome
 
 from .helpers import attempts, job

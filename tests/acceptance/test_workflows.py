@@ -9,7 +9,7 @@ import time
 import pytest
 
 import reliableq
-from reliableq.faults import POINTS
+from reliableq.faults import ATTEMPT_POINTS as POINTS  # the attempt's windows; steps: test_steps.py
 from reliableq.models import Attempt, Job, JobStatus, Workflow, WorkflowCount, WorkflowStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
