@@ -359,6 +359,9 @@ class FailoverRun:
         failover = Failover(killed_at=utcnow(), lag_bytes=lag)
         self.pair.crash()
         until = time.monotonic() + gap
+        if gap > 0 and self.api is not None:
+            # One submission that meets the outage whatever the machine's load: answered before the promote.
+            self._post({"kind": "demo.noop", "payload": {}}, f"failover-probe:{uuid.uuid4()}")
         while time.monotonic() < until:
             for name in self.workers:
                 alive = self.log_dir / f"{name}.alive"
