@@ -51,7 +51,7 @@ def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, 
     call_command("migrate", verbosity=0)
     from .systems import _exec
 
-    _exec("TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_batchkey")
+    _exec("TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, reliableq_step")
     with transaction.atomic():
         for start in range(0, jobs, 5000):
             reliableq.enqueue_many("bench.noop", [{}] * min(5000, jobs - start), queue=QUEUE)

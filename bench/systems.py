@@ -139,7 +139,7 @@ class ReliableQ(System):
                 with transaction.atomic():
                     _exec(
                         "TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, "
-                        "reliableq_ratewindow"
+                        "reliableq_ratewindow, reliableq_step"
                     )
                 return
             except DatabaseError as error:

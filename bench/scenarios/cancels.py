@@ -18,6 +18,7 @@ UNRELATED = 5  # unrelated jobs timed one at a time before each cancel: the usua
 # The `after` entries of each graph: a chain and a fan-out stop at the 10,000-member bound.
 EDGES = (1_000, 10_000, 100_000)
 MAX_MEMBERS = 10_000
+MAX_AFTER = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,13 +29,15 @@ class Shape:
 
 
 def shapes(edges: int) -> list[Shape]:
-    """The chain, the fan-out and the dense graph (each member after every earlier one) of about `edges`."""
+    """The chain, the fan-out and the dense graph (each member after every earlier one) of about `edges`
+    `after` entries, none past the bounds (10,000 members, 100,000 entries)."""
     made = []
-    if edges + 1 <= MAX_MEMBERS:
-        made += [Shape(name="chain", members=edges + 1, edges=edges), Shape(name="fan-out", members=edges + 1,
-                                                                              edges=edges)]  # fmt: skip
+    if edges <= MAX_MEMBERS:
+        members = min(edges + 1, MAX_MEMBERS)
+        made += [Shape(name="chain", members=members, edges=members - 1),
+                 Shape(name="fan-out", members=members, edges=members - 1)]  # fmt: skip
     dense = 2
-    while dense * (dense - 1) // 2 < edges:
+    while (dense + 1) * dense // 2 <= min(edges, MAX_AFTER):
         dense += 1
     made.append(Shape(name="dense", members=dense, edges=dense * (dense - 1) // 2))
     return made

@@ -98,7 +98,7 @@ def _http(bench: Bench) -> dict[int, Summary]:
     from .. import ingest
 
     http: dict[int, Summary] = {}
-    _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, reliableq_job")
+    _exec("TRUNCATE reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, reliableq_step, reliableq_job")
     User.objects.filter(username="bench").delete()
     user = accounts.grant(User.objects.create_user("bench"), "reliableq.submit_job")
     token = Token.objects.create(user=user).key

@@ -23,7 +23,7 @@ CHAIN_WORKER = (1, 1)  # one process, one slot: a chain runs one link at a time 
 # workflow, then the attempt and its return value), as ReliableQ.reset does for its own.
 TABLES = (
     "reliableq_job, reliableq_workflowcount, reliableq_workflow, reliableq_workflowedge, reliableq_attempt, "
-    "reliableq_returnvalue, reliableq_batchkey, reliableq_ratewindow, reliableq_workflowcascade"
+    "reliableq_returnvalue, reliableq_batchkey, reliableq_ratewindow, reliableq_workflowcascade, reliableq_step"
 )
 
 

@@ -34,7 +34,8 @@ def test_a_worker_killed_between_two_steps_leaves_them_to_run_once_each(spawn_wo
     wait_until(lambda: Step.objects.filter(job_id=job_id, name="two").exists(), timeout=60, what="step two's record")
     first.signal(signal.SIGKILL)
     assert first.wait(timeout=10) == -signal.SIGKILL
-    spawn_worker("--lease-seconds", "1", "--worker-id", "second")
+    # A long lease: on a loaded machine a short one can lapse under the second worker too.
+    spawn_worker("--lease-seconds", "30", "--worker-id", "second")
     wait_until(is_status(job_id, JobStatus.SUCCEEDED), timeout=60, what="the second worker to finish it")
     counts = runs(log, job_id)
     assert counts["one"] == 1 and counts["two"] == 1, counts

@@ -158,7 +158,7 @@ def load(mix: Mix) -> None:
 
 
 def truncate() -> None:
-    _exec(f"TRUNCATE {', '.join(TABLES)}, reliableq_batchkey")
+    _exec(f"TRUNCATE {', '.join(TABLES)}, reliableq_batchkey, reliableq_step")
 
 
 def analyze() -> None:
