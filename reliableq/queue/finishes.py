@@ -287,7 +287,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     result = FinishResult()
     if not finishes:
         return result
-    # A member that did not succeed may cancel up to workflows.WALK dependents in its statement: the
+    # A member that did not succeed may cancel up to graph.WALK dependents in its statement: the
     # other ends of the batch commit first, in a statement of their own, and never wait for that.
     failing = [f for f in finishes if f.workflow and f.status not in (JobStatus.SUCCEEDED, JobStatus.WAITING)]
     if failing and len(failing) < len(finishes):
