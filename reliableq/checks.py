@@ -161,6 +161,10 @@ def _http_queues(value: Any) -> bool:
     )
 
 
+def _http_events(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(p, str) and 0 < len(p) <= 255 for p in value)
+
+
 def _fair_weights(value: Any) -> bool:
     return isinstance(value, dict) and all(
         isinstance(key, str) and key and _positive_number(weight) and 0.001 <= weight <= 1000
@@ -187,6 +191,7 @@ RULES: dict[str, Any] = {
     "XMIN_WARNING_SECONDS": _number(0, strict=False),
     "RETENTION_INTERVAL_SECONDS": _number(0),
     "HTTP_QUEUES": (_http_queues, 'a list of queue names, or ["*"] for any'),
+    "HTTP_EVENTS": (_http_events, 'a list of shell-style patterns of event names ("stripe.*"), or ["*"] for any'),
     "MAX_PENDING_PER_SUBMITTER": _number(1, strict=False, integer=True, none=True),
     "ISOLATION": _choice("thread", "process"),
     "CHILD_MAX_JOBS": _number(1, strict=False, integer=True, none=True),

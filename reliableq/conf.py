@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_INTERVAL_SECONDS": 60.0,  # how often the leader deletes a batch of each status
     # The queues an HTTP submitter may name (POST /v1/jobs and the batch); ["*"] allows any well-formed name.
     "HTTP_QUEUES": ["default"],
+    # The event names POST /v1/events/<name> may emit: shell-style patterns ("stripe.*"); ["*"] opens every
+    # name, [] (the default) none.
+    "HTTP_EVENTS": [],
     # The most unfinished jobs one HTTP submitter may hold at once (429 past it); None: no bound.
     "MAX_PENDING_PER_SUBMITTER": 100_000,
     # Where sync handlers' attempts run unless the handler says: "thread" (the worker's threads) or "process".
