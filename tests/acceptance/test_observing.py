@@ -178,6 +178,18 @@ def test_progress_is_visible_while_the_job_runs_and_written_at_most_once_a_secon
     assert len({p["at"] for p in seen}) <= 5, sorted({p["at"] for p in seen})
 
 
+def test_the_last_progress_report_is_written_with_the_finish(spawn_worker):
+    # Five reports in a burst, then the return: the heartbeat writes at most once a second, so only
+    # the finish can carry the last one (issue 50: a SUCCEEDED job showed {done: 4, total: 5}).
+    kinds = ["test.progress", "test.async_progress", "test.isolated_progress"]
+    jobs = [reliableq.enqueue(kind, {"steps": 5, "step_seconds": 0}) for kind in kinds]
+    assert spawn_worker("--burst").wait(timeout=60) == 0
+    for kind, job in zip(kinds, jobs, strict=True):
+        stored = Job.objects.get(pk=job.id)
+        assert stored.status == JobStatus.SUCCEEDED, kind
+        assert (stored.progress["done"], stored.progress["total"]) == (5, 5), (kind, stored.progress)
+
+
 def test_a_stale_attempts_progress_changes_nothing():
     job = reliableq.enqueue("demo.noop", {}, queue="stale-progress")
     [claimed], _ = jobqueue.claim(worker_id="w", queues=["stale-progress"], limit=1, lease_seconds=30)
