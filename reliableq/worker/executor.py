@@ -205,7 +205,7 @@ def suspended(job: ClaimedJob, pause: Suspend) -> Finish:
 
 def _succeeded_in(span: Any, job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
     result = succeeded(job, handler, value, started)
-    tracing.ended(span, result.finish.outcome)
+    tracing.ended(span, result.finish.outcome, error=result.finish.error)  # a value it cannot store fails it
     return result
 
 

@@ -116,14 +116,15 @@ def test_an_attempts_span_is_a_child_of_the_span_that_enqueued_it_across_process
     with tracer.start_as_current_span("POST /orders") as request_span:
         ok = reliableq.enqueue("demo.noop", {}, queue="traced")
         bad = reliableq.enqueue("test.traced_failure", {}, queue="traced")
+        reliableq.enqueue("test.unstorable_result", {}, queue="traced")
     trace_id = f"{request_span.get_span_context().trace_id:032x}"
     worker = spawn_worker("--burst", "--queues", "traced", env={"TESTPROJECT_OTEL_FILE": str(worker_spans)})
     assert worker.wait(timeout=60) == 0, worker.output()
 
     published = {s["name"]: s for s in lines(ours) if s["trace_id"] == trace_id and s["kind"] == "PRODUCER"}
     processed = {s["name"]: s for s in lines(worker_spans) if s["trace_id"] == trace_id}
-    assert set(published) == {"demo.noop publish", "test.traced_failure publish"}
-    assert set(processed) == {"demo.noop process", "test.traced_failure process"}, lines(worker_spans)
+    assert set(published) == {"demo.noop publish", "test.traced_failure publish", "test.unstorable_result publish"}
+    assert set(processed) == {"demo.noop process", "test.traced_failure process", "test.unstorable_result process"}
     for kind, job in (("demo.noop", ok), ("test.traced_failure", bad)):
         span = processed[f"{kind} process"]
         assert span["kind"] == "CONSUMER"
@@ -137,6 +138,10 @@ def test_an_attempts_span_is_a_child_of_the_span_that_enqueued_it_across_process
     failed = processed["test.traced_failure process"]
     assert failed["status"] == "ERROR" and failed["events"] == ["exception"]
     assert failed["attributes"]["reliableq.outcome"] == "FAILED_TRANSIENT"  # its budget was 1: DEAD now
+    # Nothing raised, yet the attempt failed (its return value cannot be stored): ERROR all the same.
+    unstorable = processed["test.unstorable_result process"]
+    assert unstorable["attributes"]["reliableq.outcome"] == "FAILED_PERMANENT"
+    assert unstorable["status"] == "ERROR", unstorable
     assert published["demo.noop publish"]["parent_span_id"] == f"{request_span.get_span_context().span_id:016x}"
 
 
