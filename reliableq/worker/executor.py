@@ -216,7 +216,7 @@ def _started(job: ClaimedJob) -> None:
 
 def unknown_kind(job: ClaimedJob, exc: Exception) -> Result:
     # Most likely a rolling deploy: another worker may know the kind, so retry.
-    error = clean(f"{exc} on worker {job.worker_id}")
+    error = clean(str(registry.unknown(job.kind, where=f" on worker {job.worker_id}")))
     return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
 
 
