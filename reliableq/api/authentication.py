@@ -17,7 +17,6 @@ done before it, one round trip sooner.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import HTTP_HEADER_ENCODING, authentication, exceptions
 from rest_framework.authtoken.models import Token
 
+from ..queue import tokens
 from . import permissions, tokenfunction
 
 MAX_KEY_CHARS = getattr(Token._meta.get_field("key"), "max_length", None) or 40
@@ -63,7 +63,9 @@ class TokenAuthentication(authentication.TokenAuthentication):
             raise exceptions.AuthenticationFailed(_("Invalid token."))
         user_model = get_user_model()
         with_perms = permissions.model_backend_only()
-        sql, attnames = _statement(user_model, with_perms)
+        sql, attnames = tokens.lookup_sql(
+            user_model, Token._meta.db_table, permissions.CODENAME_LIST if with_perms else None
+        )
         alias = router.db_for_read(Token)
         connection = connections[alias]
         # The same lookup through the function whose plan the server keeps, where it is installed.
@@ -102,34 +104,12 @@ def _row(connection: Any, sql: str, key: str) -> Any:
     if checking:
         connection.health_check_done = True
     try:
-        return _fetch(connection, sql, key)
+        return tokens.fetch_one(connection, sql, key)
     except DatabaseError:
         if not checking or connection.is_usable():
             raise
         connection.close()
-    return _fetch(connection, sql, key)
-
-
-def _fetch(connection: Any, sql: str, key: str) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [key])
-        return cursor.fetchone()
-
-
-@functools.lru_cache(maxsize=8)
-def _statement(user_model: Any, with_perms: bool) -> tuple[str, list[str]]:
-    """The SELECT of a token's user (and its permissions), and the user's attribute names in its order."""
-    meta = user_model._meta
-    pk = meta.pk.column
-    fields = meta.concrete_fields
-    columns = ", ".join(f"u.{field.column}" for field in fields)
-    held = permissions.held_sql(f"u.{pk}") if with_perms else "NULL"
-    # The token as a scalar subquery, not a join: PostgreSQL plans it without a join search.
-    sql = (
-        f"SELECT {columns}, {held} FROM {meta.db_table} u"
-        f" WHERE u.{pk} = (SELECT t.user_id FROM {Token._meta.db_table} t WHERE t.key = %s)"
-    )
-    return sql, [field.attname for field in fields]
+    return tokens.fetch_one(connection, sql, key)
 
 
 def _converted(connection: Any, user_model: Any, values: Any) -> Any:

@@ -24,13 +24,13 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from ..queue import tokens
 from . import permissions
 
-NAME = "reliableq_token_user"
-SIGNATURE = f"{NAME}(text, text[])"
+NAME = tokens.FUNCTION
+SIGNATURE = tokens.SIGNATURE
 # The codenames of permissions.CHECKED, passed on each call: a new permission needs no new function.
-_CODENAMES = "{" + ",".join(permissions.CODENAME_LIST) + "}"
-CALL = f"SELECT (f.token_user).*, f.held FROM {NAME}(%s, '{_CODENAMES}'::text[]) f"
+CALL = tokens.call_sql(permissions.CODENAME_LIST)
 
 # (alias, database name, user model) -> where each concrete field of the user model sits in the
 # function's row, or None when the function cannot serve that user model there.
@@ -40,22 +40,11 @@ _LOCK = threading.Lock()
 
 def create_sql(user_model: Any, token_table: str) -> str:
     """CREATE OR REPLACE the function for this user model: the user's row and its held permissions."""
-    meta = user_model._meta
-    table = meta.db_table
-    held = permissions.held_sql(f"u.{meta.pk.column}", codenames="= ANY(codenames)", user_model=user_model)
-    return (
-        f"CREATE OR REPLACE FUNCTION {NAME}(token_key text, codenames text[])"
-        f" RETURNS TABLE (token_user {table}, held text[]) LANGUAGE plpgsql STABLE AS $reliableq$\n"
-        f"BEGIN\n"
-        f"  RETURN QUERY SELECT u::{table}, {held} FROM {table} u\n"
-        f"    WHERE u.{meta.pk.column} = (SELECT t.user_id FROM {token_table} t WHERE t.key = token_key);\n"
-        f"END\n"
-        f"$reliableq$"
-    )
+    return tokens.create_function_sql(user_model, token_table)
 
 
 def drop_sql() -> str:
-    return f"DROP FUNCTION IF EXISTS {SIGNATURE}"
+    return tokens.drop_function_sql()
 
 
 def positions(connection: Any, user_model: Any) -> list[int] | None:
@@ -92,13 +81,8 @@ def forget() -> None:
 def _ask(connection: Any, user_model: Any) -> list[int] | None:
     if connection.vendor != "postgresql":
         return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [SIGNATURE])
-        if not cursor.fetchone()[0]:
-            return None
-        cursor.execute(CALL, [""])  # no token is empty: no row, only the columns
-        names = [column.name for column in cursor.description]
-    if names[-1:] != ["held"]:
+    names = tokens.function_columns(connection, CALL)
+    if names is None or names[-1:] != ["held"]:
         return None
     index = {name: i for i, name in enumerate(names[:-1])}
     columns = [field.column for field in user_model._meta.concrete_fields]

@@ -19,6 +19,19 @@ from django.db.backends.utils import CursorWrapper
 
 from ..conf import reliableq_settings
 
+# What this module relies on beyond Django's documented API, in one place: the attributes of the
+# PostgreSQL backend's connection wrapper and cursor that cursor(), run() and fetch() use, as
+# BaseDatabaseWrapper.cursor() and CursorWrapper.execute() use them. tests/unit/test_db_internals.py
+# pins each on the installed Django (CI runs it on every supported version).
+DJANGO_INTERNALS = {
+    "django.db.backends.postgresql.base.DatabaseWrapper": (
+        "close_if_health_check_failed", "ensure_connection", "wrap_database_errors", "validate_thread_sharing",
+        "make_cursor", "make_debug_cursor", "queries_logged", "execute_wrappers", "in_atomic_block",
+        "validate_no_broken_transaction", "connection",
+    ),
+    "django.db.backends.utils.CursorWrapper": ("cursor", "db"),
+    "django.db.backends.postgresql.base.ServerBindingCursor": (),  # psycopg 3 only: its absence is handled
+}  # fmt: skip
 P = ParamSpec("P")
 R = TypeVar("R")
 DEADLOCK_DETECTED = "40P01"
@@ -46,7 +59,9 @@ def cursor() -> CursorWrapper:
     conn.close_if_health_check_failed()
     conn.ensure_connection()
     with conn.wrap_database_errors:
-        return cast(CursorWrapper, conn._prepare_cursor(binding(conn.connection)))  # type: ignore[attr-defined]
+        raw = binding(conn.connection)
+        conn.validate_thread_sharing()
+        return conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
 
 
 def run(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
@@ -85,7 +100,7 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     conn = connection()
     raw = conn.connection
     if raw is not None and not conn.in_atomic_block and not conn.execute_wrappers and not conn.queries_logged:
-        kept = getattr(conn, _KEPT, None)
+        kept = _kept.get(conn)
         if kept is not None and kept.connection is raw:
             with conn.wrap_database_errors:
                 kept.execute(sql, params, prepare=True)
@@ -94,17 +109,18 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         run(usual, sql, params)
         rows = cast(list[tuple[Any, ...]], usual.fetchall())
     raw = conn.connection
-    kept = getattr(conn, _KEPT, None)
+    kept = _kept.get(conn)
     if raw is not None and _direct.get(raw) and (kept is None or kept.connection is not raw):
         binding = _server_binding()
         if binding is not None:
-            # On the wrapper, not in a map keyed by the connection: the cursor refers to its
-            # connection, and a reconnect replaces both.
-            setattr(conn, _KEPT, binding(raw))
+            # Keyed by Django's wrapper, not by the psycopg connection: the cursor refers to its
+            # connection (which would keep the key alive), and a reconnect replaces both.
+            _kept[conn] = binding(raw)
     return rows
 
 
-_KEPT = "_reliableq_kept_cursor"  # the attribute of Django's connection wrapper that holds fetch()'s cursor
+# Django's connection wrapper (one per thread and alias) -> the cursor fetch() keeps for it.
+_kept: weakref.WeakKeyDictionary[BaseDatabaseWrapper, Any] = weakref.WeakKeyDictionary()
 # True while run() hands a statement it would prepare to the execute wrappers (the plan tests read it).
 preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("reliableq_preparing", default=False)
 # psycopg connection -> whether it reaches PostgreSQL directly (decided once per connection).

@@ -17,30 +17,15 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
-from django.db import connections
 
-from ..conf import reliableq_settings
 from ..outage import unavailable
-from ..services import CHANNEL
+from ..queue.listening import aliases, connect_kwargs, listening, send_probe
 from .reconnect import Outage, Retry
 
 logger = logging.getLogger("reliableq.worker")
 
 PROBE_PREFIX = "reliableq-probe:"  # + a random id: it names no queue anyone listens to
 PROBE_SECONDS = 3.0
-
-
-def connect_kwargs(alias: str, application_name: str) -> dict[str, Any]:
-    """What Django itself would pass to psycopg.connect for this alias (its OPTIONS, its adapters)."""
-    params: dict[str, Any] = connections[alias].get_connection_params()
-    params.setdefault("application_name", application_name)
-    return params
-
-
-def aliases() -> tuple[str, str]:
-    """(the alias NOTIFY travels through, the alias LISTEN uses)."""
-    database = str(reliableq_settings.DATABASE)
-    return database, str(reliableq_settings.LISTEN_DATABASE or database)
 
 
 class Listener(threading.Thread):
@@ -61,8 +46,7 @@ class Listener(threading.Thread):
     def run(self) -> None:
         while not self._halt.is_set():
             try:
-                with psycopg.connect(**self._listen, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                with listening(self._listen) as conn:
                     self._retry.succeeded()  # connected to a server that takes LISTEN: not a standby
                     self.hears = self._probe(conn)
                     self.probed.set()
@@ -89,8 +73,7 @@ class Listener(threading.Thread):
     def _probe(self, conn: psycopg.Connection[Any]) -> bool:
         """Send a NOTIFY the way enqueue does, and wait for it on this LISTEN connection."""
         probe = PROBE_PREFIX + uuid.uuid4().hex
-        with psycopg.connect(**self._notify, autocommit=True) as sender:
-            sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, probe])
+        send_probe(self._notify, probe)
         for note in conn.notifies(timeout=PROBE_SECONDS, stop_after=None):
             if note.payload == probe:
                 return True

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from django.db import DatabaseError, connection
 
-from reliableq.api import authentication
 from reliableq.models import Job
+from reliableq.queue import tokens
 from testproject import dburl
 
 pytestmark = pytest.mark.django_db(transaction=True)  # outside a transaction, as a request runs
@@ -54,7 +54,7 @@ def test_a_failure_on_a_live_connection_is_raised_not_retried(pending_check, mon
         calls.append(1)
         raise DatabaseError("boom")
 
-    monkeypatch.setattr(authentication, "_fetch", failing)
+    monkeypatch.setattr(tokens, "fetch_one", failing)
     with pytest.raises(DatabaseError, match="boom"):
         pending_check.post("/v1/jobs", JOB, format="json")
     assert calls == [1]

@@ -26,11 +26,11 @@ class Tripwire:
 @pytest.fixture(autouse=True)
 def _forget_the_kept_cursor():  # type: ignore[no-untyped-def]
     yield
-    setattr(db.connection(), db._KEPT, None)  # no tripwire left for the next test
+    db._kept.pop(db.connection(), None)  # no tripwire left for the next test
 
 
 def kept() -> Any:
-    return getattr(db.connection(), db._KEPT, None)
+    return db._kept.get(db.connection())
 
 
 def test_the_second_statement_runs_on_the_cursor_kept_for_the_connection() -> None:
@@ -41,14 +41,14 @@ def test_the_second_statement_runs_on_the_cursor_kept_for_the_connection() -> No
     assert db.fetch("SELECT %s::text", ["x"]) == [("x",)]
     assert kept() is cursor
 
-    setattr(db.connection(), db._KEPT, Tripwire(db.connection().connection))
+    db._kept[db.connection()] = Tripwire(db.connection().connection)
     with pytest.raises(AssertionError, match="kept cursor"):
         db.fetch("SELECT 1", [])
 
 
 def test_inside_a_transaction_and_under_an_execute_wrapper_statements_take_djangos_cursor() -> None:
     db.fetch("SELECT 1", [])
-    setattr(db.connection(), db._KEPT, Tripwire(db.connection().connection))
+    db._kept[db.connection()] = Tripwire(db.connection().connection)
 
     with db.atomic():
         assert db.fetch("SELECT 2", []) == [(2,)]
@@ -87,7 +87,7 @@ def test_a_closed_connection_is_opened_again_with_a_cursor_of_its_own() -> None:
 def test_a_connection_that_may_not_prepare_keeps_no_cursor() -> None:
     conn = db.connection()
     conn.ensure_connection()
-    setattr(conn, db._KEPT, None)
+    db._kept.pop(conn, None)
     db._direct[conn.connection] = False  # as through a pooler in transaction mode
     try:
         assert db.fetch("SELECT 7", []) == [(7,)]
