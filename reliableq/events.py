@@ -7,10 +7,12 @@ back wakes nothing. A job that waits for an event emitted already gets its paylo
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Any
 
 from . import audit, rules
+from .conf import reliableq_settings
 from .errors import InvalidJob
 from .models import Event
 from .queue import db
@@ -48,6 +50,25 @@ def emit(name: str, payload: dict[str, Any] | None = None, *, by: Any = None) ->
     event.woken = woken  # type: ignore[attr-defined]
     event.made = made  # type: ignore[attr-defined]
     return event
+
+
+def open_to_http(name: str) -> bool:
+    """Whether a pattern of RELIABLEQ["HTTP_EVENTS"] (shell-style, case-sensitive) matches `name`."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in reliableq_settings.HTTP_EVENTS)
+
+
+def emit_over_http(name: Any, payload: Any, *, by: Any) -> Event:
+    """emit() for POST /v1/events/<name>: a well-formed name the site opens to HTTP (HTTP_EVENTS), audited.
+
+    An emit wakes whatever waits for its name, so a name is closed unless the site opened it: a user
+    allowed to emit `order-42-paid` could otherwise release an unpaid order's job."""
+    name = check_name(name)
+    if not open_to_http(name):
+        raise InvalidJob(
+            f"The event {name!r} is not open to HTTP: no pattern of RELIABLEQ['HTTP_EVENTS'] matches it.",
+            field="name",
+        )
+    return emit(name, payload, by=by)
 
 
 def payload_of(event: Event) -> Any:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .api import schedule_views, schema, views, workflow_views
+from .api import event_views, schedule_views, schema, views, workflow_views
 
 app_name = "reliableq"
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("v1/queues", views.QueueListView.as_view(), name="queue-list"),
     path("v1/queues/<str:name>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path("v1/queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
+    path("v1/events/<str:name>", event_views.EventEmitView.as_view(), name="event-emit"),
     path("v1/schedules", schedule_views.ScheduleListView.as_view(), name="schedule-list"),
     path("v1/stats", views.StatsView.as_view(), name="stats"),
     path("v1/schema", schema.SchemaView.as_view(), name="schema"),

@@ -98,3 +98,27 @@ class WorkflowFilter(admin.SimpleListFilter):
         except ValueError:
             return cast("QuerySet[Job]", queryset.none())  # not an id: no workflow has it
         return cast("QuerySet[Job]", queryset.filter(workflow_id=workflow_id))
+
+
+class WaitingForFilter(admin.SimpleListFilter):
+    """Jobs WAITING for an event: any event, or the one named (?waiting_for=<name>, or a search for the
+    name). Names are never listed: there may be one per order, millions of them."""
+
+    title = "waiting for"
+    parameter_name = "waiting_for"
+    ANY = "*"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        choices = [(self.ANY, "any event")]
+        value = self.value()
+        if value and value != self.ANY:
+            choices.append((value, value if len(value) <= 40 else value[:39] + "…"))
+        return choices
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if not value:
+            return queryset
+        # Both through the partial index of waiting jobs (reliableq_job_waiting_for).
+        waiting = queryset.filter(status=JobStatus.WAITING, waiting_for__isnull=False)
+        return cast("QuerySet[Job]", waiting if value == self.ANY else waiting.filter(waiting_for=value))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -23,9 +24,10 @@ from django.utils.timesince import timesince
 from .. import services
 from ..errors import WrongStatus
 from ..models import Attempt, Job, JobStatus
+from . import steps as admin_steps
 from . import times as admin_times
 from .common import EFFECT_LINKS, MAX_SELECTION, ReadOnlyAdmin, progress_html, registry_keeps_result, status_badge
-from .filters import KindFilter, LeaseExpiredFilter, QueueFilter, WorkflowFilter
+from .filters import KindFilter, LeaseExpiredFilter, QueueFilter, WaitingForFilter, WorkflowFilter
 from .paging import CappedCountPaginator
 from .workflow_page import workflow_link as _workflow_link
 
@@ -122,18 +124,18 @@ class JobAdmin(ReadOnlyAdmin):
         "age",
     ]
     list_display_links = ["short_id"]
-    list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter, WorkflowFilter]
+    list_filter = ["status", KindFilter, QueueFilter, LeaseExpiredFilter, WaitingForFilter, WorkflowFilter]
     search_fields = ["id", "dedupe_key", "kind"]
     search_help_text = (
         f"A job id, or the 8 characters the list shows (among the newest {SHORT_ID_SCAN:,} jobs); "
-        "a dedupe key (Idempotency-Key) or a kind, exactly."
+        "a dedupe key (Idempotency-Key), a kind, or the event a waiting job waits for, exactly."
     )
     ordering = ["-created_at"]
     list_per_page = 50
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # "Show counts" would COUNT the whole table once per filter
     paginator = CappedCountPaginator
-    actions = ["replay_selected", "cancel_selected"]
+    actions = ["replay_selected", "replay_from_start_selected", "cancel_selected"]
     inlines = [AttemptInline]
     change_form_template = "admin/reliableq/job/change_form.html"
     # The first fieldset, then the attempt history (change_form.html), then the rest.
@@ -148,12 +150,14 @@ class JobAdmin(ReadOnlyAdmin):
                     "queue",
                     "attempts_display",
                     "next_run_at",
+                    "waiting",
                     "last_error",
                     "progress_bar",
                     "cancel_requested",
                 )
             },
         ),
+        ("Steps and checkpoints", {"fields": ("steps_table",)}),
         (
             "Details",
             {
@@ -206,6 +210,7 @@ class JobAdmin(ReadOnlyAdmin):
             KindFilter.parameter_name,
             QueueFilter.parameter_name,
             LeaseExpiredFilter.parameter_name,
+            WaitingForFilter.parameter_name,
             WorkflowFilter.parameter_name,
         }
     )
@@ -231,7 +236,8 @@ class JobAdmin(ReadOnlyAdmin):
         try:
             job_id = uuid.UUID(term)
         except ValueError:
-            found = Q(dedupe_key=term) | Q(kind=term)
+            # A waiting job's event, through the partial index of waiting jobs.
+            found = Q(dedupe_key=term) | Q(kind=term) | Q(status=JobStatus.WAITING, waiting_for=term)
             if SHORT_ID.fullmatch(term):
                 newest = Job.objects.order_by("-created_at").values("pk")[:SHORT_ID_SCAN]
                 ending = (
@@ -287,6 +293,14 @@ class JobAdmin(ReadOnlyAdmin):
         now = timezone.now()
         after = " (the next attempt, after a failure)" if job.attempts else ""
         return f"{admin_times.to_second(job.run_at)}, {admin_times.relative(job.run_at, now)}{after}"
+
+    @admin.display(description="waiting for")
+    def waiting(self, job: Job) -> str:
+        return admin_steps.waiting(job)
+
+    @admin.display(description="recorded")
+    def steps_table(self, job: Job) -> str:
+        return admin_steps.table(job)
 
     @admin.display(description="lease expires")
     def lease_expires(self, job: Job) -> str:
@@ -359,6 +373,19 @@ class JobAdmin(ReadOnlyAdmin):
             act=services.replay,
         )
 
+    @admin.action(description="Replay selected dead jobs from the start", permissions=["replay"])
+    def replay_from_start_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        # As replay_selected, with each job's recorded steps and checkpoints forgotten first.
+        return self._confirm_then(
+            request,
+            queryset,
+            action="replay_from_start_selected",
+            needed=JobStatus.DEAD,
+            verb="Replay from the start",
+            act=functools.partial(services.replay, restart=True),
+            past="Replayed {} job(s) from the start.",
+        )
+
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         # PENDING ones are cancelled now; RUNNING ones are asked to stop (services.cancel decides).
@@ -380,6 +407,7 @@ class JobAdmin(ReadOnlyAdmin):
         needed: str | tuple[str, ...],
         verb: str,
         act: Any,
+        past: str = "",
     ) -> HttpResponse | None:
         statuses = (needed,) if isinstance(needed, str) else needed
         needed = " or ".join(statuses)
@@ -425,7 +453,8 @@ class JobAdmin(ReadOnlyAdmin):
             else:
                 done += 1
         if done:
-            self.message_user(request, f"{verb}ed {done} job(s).".replace("Canceled", "Cancelled"), messages.SUCCESS)
+            said = past.format(done) if past else f"{verb}ed {done} job(s).".replace("Canceled", "Cancelled")
+            self.message_user(request, said, messages.SUCCESS)
         if requested:
             self.message_user(
                 request,
@@ -439,6 +468,11 @@ class JobAdmin(ReadOnlyAdmin):
     def get_urls(self) -> list[Any]:
         return [
             path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one), name="reliableq_job_replay"),
+            path(
+                "<path:object_id>/replay-from-start/",
+                self.admin_site.admin_view(self.replay_from_start_one),
+                name="reliableq_job_replay_from_start",
+            ),
             path("<path:object_id>/cancel/", self.admin_site.admin_view(self.cancel_one), name="reliableq_job_cancel"),
             *super().get_urls(),
         ]
@@ -458,6 +492,17 @@ class JobAdmin(ReadOnlyAdmin):
 
     def replay_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return _replay_one(request, self, object_id)
+
+    def replay_from_start_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return _act_on_one(
+            request,
+            self,
+            object_id,
+            verb="Replay from the start",
+            allowed=self.has_replay_permission(request),
+            act=functools.partial(services.replay, restart=True),
+            done=lambda job: f"Job {job.id} replayed from the start: its steps forgotten, it is PENDING again.",
+        )
 
     def cancel_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return _cancel_one(request, self, object_id)

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from ..models import Attempt, Job, JobStatus
+from ..models import Attempt, Job, JobStatus, Step
 from ..queue.stats import QueueSummary
 from ..sanitize import without_traceback
 
@@ -54,6 +54,8 @@ def job(job: Job, attempts: Iterable[Attempt], *, tracebacks: bool) -> dict[str,
         "snoozes": job.snoozes,
         "cancel_requested": job.cancel_requested_at is not None,
         "progress": job.progress,
+        "waiting_for": job.waiting_for,
+        "waiting_until": waiting_until(job),
         # (Read only for a job that can have one: a job just made never costs the query.)
         "result": job.result if job.status == JobStatus.SUCCEEDED else None,
         "created_at": time(job.created_at),
@@ -61,6 +63,26 @@ def job(job: Job, attempts: Iterable[Attempt], *, tracebacks: bool) -> dict[str,
         "finished_at": time(job.finished_at),
         "attempts": [attempt(a, tracebacks=tracebacks) for a in attempts],
     }
+
+
+def waiting_until(job: Job) -> str | None:
+    """When a job WAITING for an event stops waiting (its wait_for raises WaitTimeout): its run_at; None
+    when it waits without a timeout (run_at 9999-12-31) or waits for no event."""
+    if job.waiting_for is None or job.status != JobStatus.WAITING or job.run_at is None or job.run_at.year >= 9999:
+        return None
+    return time(job.run_at)
+
+
+def steps(recorded: Iterable[Step], *, values: bool) -> list[dict[str, Any]]:
+    """What a job recorded (job.step, checkpoint, sleep, wait_for), in order; `at` is the last write.
+    Values only when `values` (the reader holds reliableq.view_job): a step's value is the handler's data."""
+    shown = []
+    for step in recorded:
+        item = {"name": step.name, "kind": step.kind, "attempt": step.attempt, "at": time(step.updated_at)}
+        if values:
+            item["value"] = step.value
+        shown.append(item)
+    return shown
 
 
 def attempt(attempt: Attempt, *, tracebacks: bool) -> dict[str, Any]:

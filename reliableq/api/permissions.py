@@ -27,7 +27,7 @@ MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 # for the tracebacks in its answer).
 CHECKED = (
     "reliableq.submit_job", "reliableq.view_job", "reliableq.replay_job", "reliableq.cancel_job",
-    "reliableq.pause_queue", "charges.add_charge", "charges.view_charge",
+    "reliableq.pause_queue", "reliableq.emit_event", "charges.add_charge", "charges.view_charge",
 )  # fmt: skip
 _CACHE = "_reliableq_perms"
 # Written into held_sql as literals: a list parameter costs more to adapt than the statement to run.

@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import rules
-from ..models import JobStatus, Outcome
-from . import schedule_views
+from ..models import JobStatus, Outcome, StepKind
+from . import event_views, schedule_views
 from .base import BaseAPIView
 
 PROBLEM = "application/problem+json"
@@ -114,6 +114,20 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "Step": {
+        "type": "object",
+        "required": ["name", "kind", "attempt", "at"],
+        "properties": {
+            "name": {"type": "string"},
+            "kind": {"type": "string", "enum": list(StepKind.values)},
+            "attempt": {"type": "integer", "minimum": 1, "description": "The attempt that recorded it (last)."},
+            "at": {**TIME, "description": "When it was recorded (a checkpoint: last saved)."},
+            "value": {
+                "nullable": True,
+                "description": "The recorded JSON value; only for users holding reliableq.view_job.",
+            },
+        },
+    },
     "Job": {
         "type": "object",
         "required": [
@@ -175,6 +189,21 @@ SCHEMAS: dict[str, Any] = {
                 "nullable": True,
                 "description": "The handler's return value, for a SUCCEEDED job of a kind with keep_result=True.",
             },
+            "waiting_for": {
+                "type": "string",
+                "nullable": True,
+                "description": "The event a WAITING job waits for (job.wait_for); null otherwise.",
+            },
+            "waiting_until": {
+                **NULLABLE_TIME,
+                "description": "When that wait times out (wait_for raises WaitTimeout); null: it waits without one.",
+            },
+            "steps": {
+                "type": "array",
+                "items": ref("Step"),
+                "description": "One job's answers only: what it recorded, oldest first, at most 1,000.",
+            },
+            "step_count": {"type": "integer", "minimum": 0, "description": "How many names the job recorded."},
             "created_at": TIME,
             "updated_at": TIME,
             "finished_at": NULLABLE_TIME,
@@ -635,7 +664,8 @@ PATHS: dict[str, Any] = {
 
 
 def document() -> dict[str, Any]:
-    paths, schemas = {**PATHS, **schedule_paths()}, {**SCHEMAS, **schedule_views.SCHEMAS}
+    paths = {**PATHS, **schedule_paths(), **event_paths()}
+    schemas = {**SCHEMAS, **schedule_views.SCHEMAS, **event_views.SCHEMAS}
     for config in apps.get_app_configs():
         name = getattr(config, "reliableq_openapi", None)
         if name:
@@ -667,6 +697,30 @@ def schedule_paths() -> dict[str, Any]:
         "403": problem_response("Missing reliableq.view_schedule."),
     }
     return {"/v1/schedules": {"get": {**get, "responses": responses}}}
+
+
+def event_paths() -> dict[str, Any]:
+    """POST /v1/events/{name}, with the answers every route documents."""
+    post = event_views.PATHS["/v1/events/{name}"]["post"]
+    responses = {
+        "202": json_response("Recorded and committed, with the number of jobs it woke.", ref("Event")),
+        "200": json_response("The name was emitted before: the first event; nothing woken.", ref("Event")),
+        "400": problem_response(
+            "A bad name or body, an unknown field or query parameter, or a name no pattern of HTTP_EVENTS matches."
+        ),
+        "401": AUTH_ERRORS["401"],
+        "403": problem_response("Missing reliableq.emit_event, or the CSRF check failed."),
+        "413": problem_response(
+            "A payload over MAX_PAYLOAD_BYTES, or a body over what the server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE)."
+        ),
+        "415": problem_response("The body is not JSON."),
+        "429": {
+            **problem_response("Too many requests (throttle scope reliableq_submit: an emit counts one)."),
+            "headers": {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}},
+        },
+        "503": problem_response("The event could not be stored; nothing was woken."),
+    }
+    return {"/v1/events/{name}": {"post": {**post, "responses": responses}}}
 
 
 class SchemaView(BaseAPIView):

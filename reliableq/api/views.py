@@ -22,7 +22,7 @@ from rest_framework.response import Response
 
 from .. import rules, services, tracing
 from ..errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
-from ..models import BatchKey, Job, JobStatus
+from ..models import BatchKey, Job, JobStatus, Step
 from ..queue import health, stats
 from . import documents, problems
 from .base import BaseAPIView
@@ -56,8 +56,19 @@ def _reads_tracebacks(request: Request) -> bool:
     return holds(request.user, "reliableq.view_job")
 
 
+# A job's page lists at most this many of its steps, the first recorded; `step_count` says how many there are.
+MAX_STEPS = 1000
+
+
 def _document(job: Job, request: Request) -> dict[str, Any]:
-    return documents.job(job, job.attempt_set.all(), tracebacks=_reads_tracebacks(request))
+    """A job on its own: its attempts, and what it recorded (steps and their count)."""
+    operator = _reads_tracebacks(request)
+    document = documents.job(job, job.attempt_set.all(), tracebacks=operator)
+    recorded = Step.objects.filter(job_id=job.pk).order_by("id")[:MAX_STEPS]
+    document["steps"] = documents.steps(recorded, values=operator)
+    count = len(document["steps"])
+    document["step_count"] = count if count < MAX_STEPS else Step.objects.filter(job_id=job.pk).count()
+    return document
 
 
 _JSON = JSONRenderer()

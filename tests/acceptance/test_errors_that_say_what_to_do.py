@@ -50,6 +50,7 @@ def test_a_worker_without_the_queues_tables_exits_at_once_saying_to_migrate(spaw
         ("LISTEN_NOTIFY", "yes", "one of True, False"),
         ("ISOLATION", "fork", "one of 'thread', 'process'"),
         ("HTTP_QUEUES", "default", 'a list of queue names, or ["*"] for any'),
+        ("HTTP_EVENTS", "stripe.*", 'a list of shell-style patterns of event names ("stripe.*"), or ["*"] for any'),
         ("MAX_PENDING_PER_SUBMITTER", 0, "an integer at least 1 (or None)"),
         ("CHILD_MAX_MEMORY_MB", True, "a number greater than 0 (or None)"),
         ("FAIR_WEIGHTS", {"tenant-1": 0}, "a dict from fair_key to a weight between 0.001 and 1000"),

@@ -26,6 +26,8 @@ URLS = [
     LIST + "?kind=test.flaky&queue=emails",
     LIST + "?lease=expired",
     LIST + "?q=test.flaky",
+    LIST + "?waiting_for=*",
+    LIST + "?waiting_for=order-1-paid",
     LIST + "?_facets=1",
     LIST + "?status__exact=DEAD&_facets=1",
 ]

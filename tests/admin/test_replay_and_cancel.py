@@ -76,7 +76,7 @@ def test_operator_sees_both_actions_in_the_dropdown(operator_client: Client) -> 
 
     response = operator_client.get(LIST)
 
-    assert action_choices(response) == ["replay_selected", "cancel_selected"]
+    assert action_choices(response) == ["replay_selected", "replay_from_start_selected", "cancel_selected"]
     assert "Replay selected dead jobs" in body(response)
     assert "Cancel selected jobs" in body(response)
 

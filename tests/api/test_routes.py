@@ -43,6 +43,8 @@ JOB_FIELDS = {
     "snoozes",
     "cancel_requested",
     "progress",
+    "waiting_for",
+    "waiting_until",
     "result",
     "created_at",
     "updated_at",
@@ -440,6 +442,7 @@ def test_schema_documents_every_route_and_method_served_including_charges(anon):
         "/v1/queues/{name}/pause",
         "/v1/queues/{name}/resume",
         "/v1/schedules",
+        "/v1/events/{name}",
         "/v1/charges",
         "/v1/charges/{id}",
         "/v1/schema",
@@ -468,6 +471,7 @@ def test_schema_documents_the_contract_status_codes_of_each_operation(anon):
     assert {"200", "400", "401", "403"} <= codes("/v1/queues/{name}/pause", "post")
     assert {"200", "400", "401", "403"} <= codes("/v1/queues/{name}/resume", "post")
     assert {"200", "400", "401", "403"} <= codes("/v1/schedules", "get")
+    assert {"202", "200", "400", "401", "403", "413", "415", "429"} <= codes("/v1/events/{name}", "post")
     assert {"201", "200", "400", "401", "403", "409", "413", "415"} <= codes("/v1/charges", "post")
     assert {"200", "401", "404"} <= codes("/v1/charges/{id}", "get")
     for path, operations in paths.items():
