@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from .. import enqueue_ceilings
 from ..core import Procs, Summary, ratio
 from ..systems import System, _exec, _one
 from .context import Bench
@@ -31,17 +32,25 @@ def ingestion(bench: Bench, s: Section) -> None:
         ("bulk", f"Python, bulk: {p.bulk_size} jobs per transaction, one call"),
     ]
     python: dict[str, dict[str, Summary]] = {}
-    for system in [bench.rq, *bench.peers]:
+    # The ceilings (the same row by bare psycopg and by Django's create) run in the same run, and each
+    # repetition runs every system in turn, so that ReliableQ's ratios pair runs of the same minute.
+    ceilings = enqueue_ceilings.ceilings()
+    systems: list[System] = [bench.rq, *bench.peers, *ceilings]
+    for system in systems:
         python[system.key] = {mode: bench.repetitions(system=system.name, path=label) for mode, label in modes}
-        for rep in range(p.reps):
+    for rep in range(p.reps):
+        for system in systems:
             for mode, _ in modes:
                 if mode == "bulk" and not system.has_bulk:
                     continue
                 python[system.key][mode].values.append(_enqueue_run(bench, system, rep, mode))
+    for system in systems:
         system.reset()
+    for ceiling in ceilings:
+        ceiling.close()
 
     rows = [
-        [f"HTTP `POST /v1/jobs`, {c} client{'s' if c > 1 else ''}", http[c].text(), "", ""] for c in p.ingest_clients
+        [f"HTTP `POST /v1/jobs`, {c} client{'s' if c > 1 else ''}", http[c].text(), *[""] * 4] for c in p.ingest_clients
     ]
     for mode, label in modes:
         rq = python["reliableq"][mode]
@@ -55,6 +64,9 @@ def ingestion(bench: Bench, s: Section) -> None:
                 if peer == "tasksdb" and peer in python
                 else "n/a"
             )
+        for floor in ("psycopg", "django"):
+            got = python[floor][mode]
+            cells.append(f"{got.text()} ({ratio(rq.median, got.median):.0%})" if got.values else "n/a")
         rows.append(cells)
     s.tables.append(
         table(
@@ -63,6 +75,8 @@ def ingestion(bench: Bench, s: Section) -> None:
                 "ReliableQ jobs/s",
                 "procrastinate jobs/s (ReliableQ ratio)",
                 "django-tasks-db jobs/s (ReliableQ ratio)",
+                "ceiling: bare psycopg INSERT jobs/s (ReliableQ's share)",
+                "ceiling: Django `create` jobs/s (ReliableQ's share)",
             ],
             rows,
         )
@@ -77,6 +91,12 @@ def ingestion(bench: Bench, s: Section) -> None:
         "procrastinate's `defer()` / `batch_defer()` (its Django connector, on Django's connection), "
         "and Django's `task.enqueue()` on the django-tasks-db backend, which has no bulk path."
     )
+    s.notes.append(
+        "Ceilings: the row `enqueue` stores, inserted and committed by bare psycopg (a connection of its "
+        "own; an atomic call is BEGIN, INSERT, COMMIT; bulk one INSERT from unnest()) and by a plain "
+        "Django `Job.objects.create` (`bulk_create` for bulk): bench/enqueue_ceilings.py. "
+        "`python -m bench.enqueuecost` counts statements and instructions per call (docs/internals/enqueue.md)."
+    )
     s.data = {
         "http": {c: v.to_json() for c, v in http.items()},
         "python": {k: {m: v.to_json() for m, v in d.items()} for k, d in python.items()},
@@ -85,7 +105,8 @@ def ingestion(bench: Bench, s: Section) -> None:
     bench.results["ingestion"] = s.data
     from .. import report
 
-    s.plots.append(report.plot_ingestion(bench.out, http, python, p.bulk_size))
+    plotted = {k: v for k, v in python.items() if k not in ("psycopg", "django")}  # the table has the ceilings
+    s.plots.append(report.plot_ingestion(bench.out, http, plotted, p.bulk_size))
 
 
 def _http(bench: Bench) -> dict[int, Summary]:
