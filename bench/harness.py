@@ -511,10 +511,10 @@ LIMITS: dict[str, str] = {
     "whose condition repeats `r.job_id = ANY(ARRAY(SELECT upstream FROM e))`: one index probe per upstream, each "
     "with the whole array as a key (quadratic: seconds at 5,000 upstreams, tens of seconds at 10,000); then each "
     "member's finish, a statement of some 25 CTEs planned afresh on every execution (about 2 ms of planning), in a "
-    "transaction with the INSERT of its return value. See the Workflows section of docs/benchmarks.md.",
+    "transaction with the INSERT of its return value. See the Workflows section of docs/internals/benchmark-record.md.",
     "time per link": "the statements of one link: the claim, a second query for the upstream values, the finish "
     "statement (about 2 ms of planning alone), the return value's INSERT, BEGIN and COMMIT: 8-10 ms with no "
-    "worker at all, on this machine. See the Workflows section of docs/benchmarks.md.",
+    "worker at all, on this machine. See the Workflows section of docs/internals/benchmark-record.md.",
 }
 
 

@@ -1,6 +1,6 @@
 """System checks: the queue's database is PostgreSQL (E001) and exists (E003), retention names finished
 statuses (E002), `migrate` puts the queue's tables on the queue's database (E004) and nowhere else (W001),
-and every RELIABLEQ value has its type and range (E005)."""
+every RELIABLEQ value has its type and range (E005) and every RELIABLEQ key is a setting (E006)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,18 @@ ROUTER = "reliableq.routers.QueueRouter"
 
 
 @checks.register()
+def check_setting_names(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Each RELIABLEQ key that is not a setting (a typo, most often), with the closest keys (E006)."""
+    return [
+        checks.Error(sentence, hint="Fix the key's name, or remove it.", id="reliableq.E006")
+        for sentence in reliableq_settings.unknown()
+    ]
+
+
+@checks.register()
 def check_queue_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if reliableq_settings.unknown():  # the settings cannot be read: E006 says why
+        return []
     found = database_errors(connections)
     return found or migration_messages(connections, db.alias(), router)
 
@@ -87,6 +98,8 @@ def migration_messages(aliases: Iterable[str], queue: str, routing: Any) -> list
 
 @checks.register()
 def check_retention(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if reliableq_settings.unknown():  # the settings cannot be read: E006 says why
+        return []
     return retention_errors(reliableq_settings.RETENTION_SECONDS)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from django.conf import settings
@@ -54,7 +55,7 @@ class AppSettings:
     """One settings dict of an app (RELIABLEQ, CHARGES): defaults, lazy reads, reload on setting_changed.
 
     Read lazily so that override_settings takes effect at once; an unknown key, or a value that
-    is not a dict, is an error at the first read, naming the keys that exist.
+    is not a dict, is an error at the first read (and a system check error), naming the closest keys.
     """
 
     _instances: dict[str, AppSettings] = {}
@@ -70,14 +71,23 @@ class AppSettings:
             user = getattr(settings, self._name, {}) or {}
             if not isinstance(user, dict):
                 raise ImproperlyConfigured(f"{self._name} must be a dict, not {type(user).__name__}.")
-            unknown = set(user) - set(self._defaults)
+            unknown = self.unknown()
             if unknown:
-                raise ImproperlyConfigured(
-                    f"Unknown {self._name} setting(s): {', '.join(sorted(unknown))}. "
-                    f"Known keys are: {', '.join(self._defaults)}."
-                )
+                raise ImproperlyConfigured(" ".join(unknown))
             self._cache = {**self._defaults, **user}
         return self._cache
+
+    def unknown(self) -> list[str]:
+        """A sentence for each key of the user's dict that is not a setting, naming the closest one."""
+        user = getattr(settings, self._name, {}) or {}
+        if not isinstance(user, dict):
+            return []  # said by _user(): the dict itself is wrong
+        found = []
+        for key in sorted(set(user) - set(self._defaults), key=str):
+            close = difflib.get_close_matches(str(key), list(self._defaults), n=1, cutoff=0.6)
+            guess = f" Did you mean {close[0]!r}?" if close else ""
+            found.append(f"Unknown {self._name} setting {key!r}.{guess}")
+        return found
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self._defaults:

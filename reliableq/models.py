@@ -442,7 +442,7 @@ class Event(models.Model):
 
 class WorkflowCascade(models.Model):
     """A WAITING member a cancel found doomed and left: a statement's own walk of the graph stops
-    after a bound (reliableq.queue.workflows.WALK) and hands the rest on here, to be cancelled, and
+    after a bound (reliableq.queue.graph.WALK) and hands the rest on here, to be cancelled, and
     walked from, in short transactions of their own."""
 
     id = models.BigAutoField(primary_key=True)

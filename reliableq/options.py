@@ -21,6 +21,8 @@ class JobOptions:
     concurrency_key: str | None = None  # with the handler's max_running_per_key
     unique_key: str | None = None  # at most one PENDING or RUNNING job per (kind, unique_key)
     fair_key: str | None = None  # with the handler's fair=True: claims rotate among these keys
+    debounce: float | None = None  # seconds; with unique_key: a PENDING job's payload replaced, its start moved
+    debounce_max: float | None = None  # seconds after the job's first enqueue that debounce cannot pass
 
     @classmethod
     def of(cls, options: dict[str, Any], *, refused: tuple[str, ...] = (), where: str = "enqueue") -> JobOptions:
@@ -43,6 +45,8 @@ class EnqueueOptions(TypedDict, total=False):
     concurrency_key: str | None
     unique_key: str | None
     fair_key: str | None
+    debounce: float | None
+    debounce_max: float | None
 
 
 class ManyOptions(TypedDict, total=False):
@@ -56,4 +60,5 @@ class ManyOptions(TypedDict, total=False):
     fair_key: str | None
 
 
-PER_JOB = ("dedupe_key", "unique_key")  # a batch of one kind cannot honour these per row
+# A batch of one kind cannot honour these per row.
+PER_JOB = ("dedupe_key", "unique_key", "debounce", "debounce_max")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,7 @@ class Handler:
 
 
 _handlers: dict[str, Handler] = {}
+_imported: list[str] | None = None  # the jobs (and tasks) modules autodiscover() imported; None: not run
 ISOLATIONS = (None, "thread", "process")
 
 
@@ -174,7 +176,23 @@ def get(kind: str) -> Handler:
     try:
         return _handlers[kind]
     except KeyError:
-        raise UnknownKind(f"No handler is registered for kind {kind!r}.{did_you_mean(kind)}") from None
+        raise unknown(kind) from None
+
+
+def unknown(kind: str, *, where: str = "") -> UnknownKind:
+    """The UnknownKind for `kind` (`where`: " on worker w"): the closest kinds, and where handlers come from."""
+    return UnknownKind(f"No handler is registered for kind {kind!r}{where}.{did_you_mean(kind)} {discovery()}")
+
+
+def discovery() -> str:
+    """Where handlers are found, and which of those modules this process imported."""
+    if _imported is None:
+        return "Handlers are found in each installed app's jobs.py, imported when Django starts (not yet here)."
+    imported = ", ".join(_imported) or "none"
+    return (
+        f"Handlers are found in each installed app's jobs.py (imported here: {imported}); "
+        "a handler in another module registers only once a jobs.py imports that module."
+    )
 
 
 def handler_of(kind: str, attribute: str) -> Any:
@@ -191,7 +209,7 @@ def did_you_mean(kind: str) -> str:
     if not close:
         return ""
     names = " or ".join(repr(k) for k in close)
-    return f" Did you mean {names}? (Handlers come from each installed app's jobs.py.)"
+    return f" Did you mean {names}?"
 
 
 def is_task_kind(kind: str) -> bool:
@@ -230,10 +248,17 @@ def autodiscover() -> None:
     Where the ReliableQ Tasks backend is configured, import every app's tasks module too: a
     worker runs only the tasks its process has registered, never a path read from a payload.
     """
+    from django.apps import apps
     from django.conf import settings
     from django.utils.module_loading import autodiscover_modules
 
+    global _imported
     autodiscover_modules("jobs")
+    names = ["jobs"]
     backends = getattr(settings, "TASKS", {}) or {}
     if any(options.get("BACKEND") == TASKS_BACKEND for options in backends.values()):
         autodiscover_modules("tasks")
+        names.append("tasks")
+    # Kept for UnknownKind's message: a handler outside these modules is the usual reason for one.
+    modules = (f"{app.name}.{name}" for app in apps.get_app_configs() for name in names)
+    _imported = [module for module in modules if module in sys.modules]

@@ -124,6 +124,48 @@ def run_at(value: Any, *, field: str = "run_at") -> dt.datetime | None:
     return value
 
 
+def debounce(seconds: Any, max_seconds: Any, *, unique_key: str | None, dedupe_key: str | None, run_at: Any) -> None:
+    """debounce and debounce_max: seconds (more than 0, at most MAX_SCHEDULE_SECONDS), on a job with a
+    unique_key whose start they decide (so no run_at) and whose payload they replace (so no dedupe_key)."""
+    if seconds is None:
+        if max_seconds is not None:
+            raise InvalidJob("debounce_max caps a debounce: give debounce too.", field="debounce_max")
+        return
+    _seconds(seconds, field="debounce")
+    if max_seconds is not None and _seconds(max_seconds, field="debounce_max") < seconds:
+        raise InvalidJob(
+            f"debounce_max ({max_seconds}) must be at least debounce ({seconds}): it caps the delay.",
+            field="debounce_max",
+        )
+    if unique_key is None:
+        raise InvalidJob(
+            "debounce needs a unique_key: it replaces the payload of that key's PENDING job.", field="debounce"
+        )
+    if dedupe_key is not None:
+        raise InvalidJob(
+            "A dedupe_key cannot be combined with debounce: the job's payload changes, a dedupe key's never does.",
+            field="dedupe_key",
+        )
+    if run_at is not None:
+        raise InvalidJob("run_at cannot be combined with debounce: debounce decides when the job runs.", field="run_at")
+
+
+def _seconds(value: Any, *, field: str) -> float:
+    ahead = float(reliableq_settings.MAX_SCHEDULE_SECONDS)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= ahead
+    ):
+        raise InvalidJob(
+            f"{field} must be a number of seconds above 0 and at most {ahead:.0f} (MAX_SCHEDULE_SECONDS); "
+            f"got {value!r}.",
+            field=field,
+        )
+    return float(value)
+
+
 def aware_time(value: Any, *, field: str) -> dt.datetime:
     """Read text as an ISO 8601 time with an explicit offset, in UTC; a naive one is refused, not guessed."""
     example = "like 2030-01-01T12:00:00Z"

@@ -15,8 +15,11 @@ from . import registry
 
 @checks.register()
 def check_declared_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .conf import reliableq_settings
     from .schedules import conflicts, declared
 
+    if reliableq_settings.unknown():  # the settings cannot be read: reliableq.E006 says why
+        return []
     errors: list[checks.CheckMessage] = []
     for spec in declared().values():
         try:

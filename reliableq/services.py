@@ -128,8 +128,11 @@ def submit(
     submitter = "" if submitted_by is None else submitted_by.get_username()
     bound = pending_bound(submitted_by)
 
+    if o.debounce is not None and bound is not None:
+        raise InvalidJob("debounce is for code, not for a user's submission.", field="debounce")
+    insert = _insert_one if o.debounce is None else functools.partial(_debounce_one, o.debounce, o.debounce_max)
     with tracing.publishing(kind, queue) as trace_context:
-        found, row, job_id = _insert_one(
+        found, row, job_id = insert(
             kind, scope, bound, dedupe_key, unique_key, turn,
             [kind, queue, priority, encoded, budget, o.run_at, dedupe_key, scope, submitter, o.concurrency_key,
              unique_key, None if trace_context is None else json.dumps(trace_context)],
@@ -195,6 +198,33 @@ def _insert_one(
             return found, None, job_id
         if held is not None and bound is not None and held >= bound:
             raise TooManyUnfinished(held, bound)
+    raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
+
+
+def _debounce_one(
+    seconds: float,
+    max_seconds: float | None,
+    kind: str,
+    scope: str,
+    bound: int | None,
+    dedupe_key: str | None,
+    unique_key: str | None,
+    turn: Turn | None,
+    columns: list[Any],
+) -> tuple[Job | None, Any, uuid.UUID]:
+    """_insert_one for a debounced job: the key's PENDING job debounced (returned as found), a new job,
+    or the key's RUNNING job untouched (as found)."""
+    for _ in range(3):
+        job_id = new_job_id()
+        row = statements.debounce_one([job_id, *columns], seconds=seconds, max_seconds=max_seconds, turn=turn)
+        if row is not None and row[1]:
+            return None, (*row[2:],), job_id
+        if row is not None:
+            # In a transaction the row stays locked by this one, so the read sees its own update.
+            return Job.objects.get(pk=row[0]), None, row[0]
+        found = _holder(kind, scope, None, unique_key)
+        if found is not None:
+            return found, None, job_id
     raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
 
 
@@ -274,6 +304,11 @@ def _checked(
         _check_concurrency_key(handler, options.concurrency_key)
     if options.fair_key is not None:
         _check_fair_key(handler, options.fair_key)
+    if options.debounce is not None or options.debounce_max is not None:
+        rules.debounce(
+            options.debounce, options.debounce_max,
+            unique_key=options.unique_key, dedupe_key=options.dedupe_key, run_at=options.run_at,
+        )  # fmt: skip
     return budget, rules.payload(payload) if encoded is None else encoded
 
 

@@ -126,11 +126,18 @@ def _processing(job: Any) -> Iterator[Any]:
         yield span
 
 
-def ended(span: Any, outcome: str, exc: BaseException | None = None) -> None:
-    """Say on the attempt's span how it ended; a failure records its exception."""
+# The outcomes of a failed attempt (reliableq.models.Outcome), named here to keep this module light.
+_FAILED = frozenset({"FAILED_TRANSIENT", "FAILED_PERMANENT", "TIMED_OUT"})
+
+
+def ended(span: Any, outcome: str, exc: BaseException | None = None, error: str = "") -> None:
+    """Say on the attempt's span how it ended; a failure records its exception, or its error when the
+    attempt failed with nothing raised (a return value that cannot be stored)."""
     if span is None:
         return
     span.set_attribute("reliableq.outcome", str(outcome))
     if exc is not None:
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+    elif str(outcome) in _FAILED:
+        span.set_status(Status(StatusCode.ERROR, error or str(outcome)))

@@ -68,6 +68,7 @@ def test_the_docs_build_with_warnings_as_errors(tmp_path: Path) -> None:
         "reference/settings/index.html",
         "explanation/guarantee/index.html",
         "benchmarks/index.html",
+        "internals/benchmark-record/index.html",
     ):
         assert (site / page).is_file(), page
 
@@ -77,6 +78,12 @@ def test_every_relative_link_in_the_readme_points_to_an_existing_file() -> None:
     assert any(link.startswith("docs/") for link in links), "the README links into docs/"
     missing = [link for link in links if not (ROOT / link).exists()]
     assert missing == [], f"README.md links to files that do not exist: {missing}"
+
+
+def test_the_benchmarks_page_reads_in_five_minutes_and_links_the_record() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert len(page.splitlines()) < 250, "docs/benchmarks.md is a summary: runs go to the record"
+    assert "internals/benchmark-record.md" in page
 
 
 def test_the_settings_reference_lists_every_key_of_reliableq_and_charges() -> None:

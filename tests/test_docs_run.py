@@ -1,10 +1,11 @@
-"""The tutorial and the how-tos run as written, in a fresh project (tests/docrun.py says what runs).
+"""The README's five minutes, the tutorial and the how-tos run as written, in a fresh project.
 
-A reader's directory gets the virtual environment this suite runs in (as `.venv`, where the
-tutorial made it), a database of its own on the test server, reached through libpq's PG*
+A reader's directory (tests/docrun.py says what runs) gets the virtual environment this suite
+runs in (as `.venv`, where the tutorial made it), a database of its own on the test server, reached through libpq's PG*
 variables as the tutorial's settings say, and nothing of testproject. Then every marked block of
 the tutorial, then of the how-tos that continue its project, runs in order. A block that fails,
-or a session whose output differs from the page, fails the test with the transcript.
+or a session whose output differs from the page, fails the test with the transcript. The
+README's own five minutes run the same way, in a project of their own.
 """
 
 from __future__ import annotations
@@ -65,10 +66,8 @@ def reader_env(pg: dict[str, str]) -> dict[str, str]:
     return {**keep, **pg}
 
 
-def test_every_marked_block_of_the_tutorial_and_the_how_tos_runs_as_written(
-    tmp_path: Path, database: tuple[dict[str, str], str]
-) -> None:
-    pg, _ = database
+def follow(docs: list[str], tmp_path: Path, pg: dict[str, str]) -> tuple[Reader, dict[str, int]]:
+    """A reader with the suite's environment as `.venv` types every marked block of `docs`, in order."""
     home = tmp_path / "reader"
     home.mkdir()
     (home / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
@@ -79,7 +78,7 @@ def test_every_marked_block_of_the_tutorial_and_the_how_tos_runs_as_written(
     reader = Reader(cwd=home, env=env, port=processes.free_port())
     ran: dict[str, int] = {}
     try:
-        for doc in DOCS:
+        for doc in docs:
             marked = blocks(ROOT / doc, ROOT)
             ran[doc] = len(marked)
             for block in marked:
@@ -88,6 +87,35 @@ def test_every_marked_block_of_the_tutorial_and_the_how_tos_runs_as_written(
     finally:
         reader.close()
         (tmp_path / "transcript.txt").write_text(reader.transcript_all(), encoding="utf-8")  # to read after a run
+    return reader, ran
+
+
+def test_the_readme_five_minutes_run_as_written_in_a_fresh_project(
+    tmp_path: Path, database: tuple[dict[str, str], str]
+) -> None:
+    pg, _ = database
+    reader, ran = follow(["README.md"], tmp_path, pg)
+
+    # startproject, settings, urls, jobs.py, migrate and a worker, the admin user, the server, the curl.
+    assert ran["README.md"] >= 7, f"the README lost marked blocks: {ran}"
+    with psycopg.connect(dburl.build({**connection.settings_dict, "NAME": pg["PGDATABASE"]})) as conn:
+        jobs = conn.execute(
+            "SELECT status, payload->>'order_id', dedupe_key FROM reliableq_job"
+            " WHERE kind = 'shop.send_receipt' ORDER BY created_at"
+        ).fetchall()
+        admins = conn.execute("SELECT username FROM auth_user WHERE is_superuser").fetchall()
+    # The enqueued job and the curl's both ran; the curl's carries its Idempotency-Key.
+    assert jobs == [("SUCCEEDED", "42", None), ("SUCCEEDED", "43", "order-43-receipt")], reader.transcript()
+    assert admins == [("admin",)], reader.transcript()
+    assert "HTTP/1.1 202 Accepted" in reader.transcript_all(), reader.transcript()
+    assert reader.transcript_all().count("Subject: Receipt for order") == 2, reader.transcript()
+
+
+def test_every_marked_block_of_the_tutorial_and_the_how_tos_runs_as_written(
+    tmp_path: Path, database: tuple[dict[str, str], str]
+) -> None:
+    pg, _ = database
+    reader, ran = follow(DOCS, tmp_path, pg)
 
     assert all(ran.values()), f"a page lost its marked blocks: {ran}"
     # What the pages say happened, read from the reader's own database.

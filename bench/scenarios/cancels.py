@@ -204,8 +204,9 @@ def cancels(bench: Bench, s: Section) -> None:
         )
     )
     s.notes.append(
-        "A finish cancels at most reliableq.queue.workflows.WALK dependents itself and hands the rest on; the "
-        "worker's completer thread cancels them in short transactions of CASCADE members each, between its "
-        "batches of ends, so an unrelated job's finish waits behind one of them at most."
+        "A finish cancels at most reliableq.queue.graph.WALK dependents (and WALK_EDGES edges out of them) "
+        "itself and hands the rest on; the worker's completer thread cancels them in short transactions of "
+        "the same bound, between its batches of ends, so an unrelated job's finish waits behind one of them "
+        "at most."
     )
     s.data = {"cases": results}

@@ -24,6 +24,9 @@ NOT_OVER_HTTP = {
     "concurrency_key": "concurrency_key cannot be set over HTTP: its limit is shared by every submitter, so one "
     "user could hold back another's jobs. Set it in code (reliableq.enqueue).",
     "dedupe_key": "Send the dedupe key as the Idempotency-Key header.",
+    "debounce": "debounce cannot be set over HTTP: it replaces a pending job's payload. Use "
+    "reliableq.enqueue(..., unique_key=..., debounce=...) in code.",
+    "debounce_max": "debounce_max cannot be set over HTTP: it caps a debounce, which HTTP does not accept.",
     "fair_key": "fair_key cannot be set over HTTP: a fair kind's jobs submitted over HTTP are shared by "
     "submitter, each user's jobs as one key.",
 }

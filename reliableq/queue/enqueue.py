@@ -44,6 +44,31 @@ def _submit_sql(keyed: bool | None) -> str:
 """
 
 
+# The job a debounced enqueue leaves PENDING: a new one due in S seconds, or the key's PENDING job
+# with the new payload and run_at moved to S seconds from now (never past M seconds after its first
+# enqueue, its created_at). One statement, so concurrent enqueues of one key serialize on the row's
+# lock and the last to commit leaves its payload. A RUNNING holder is fenced out by the WHERE: no
+# row comes back and the caller returns that job, as a plain unique_key would.
+@functools.cache
+def _debounce_sql(keyed: bool | None) -> str:
+    delay = "make_interval(secs => %s::float8)"
+    return f"""
+    WITH upserted AS (
+        INSERT INTO {JOB} AS job ({_INSERT_COLUMNS})
+        VALUES (%s, %s, %s, %s, %s::jsonb, {S.PENDING}, 0, %s, now() + {delay},
+                '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(), %s, {_turn(keyed)})
+        ON CONFLICT (kind, dedupe_scope, unique_key)
+                    WHERE unique_key IS NOT NULL AND status IN ({S.PENDING}, {S.RUNNING})
+        DO UPDATE SET payload = EXCLUDED.payload, updated_at = now(),
+                      run_at = GREATEST(now(), LEAST(now() + {delay}, job.created_at + {delay}))
+         WHERE job.status = {S.PENDING}
+        RETURNING id, (xmax = 0) AS inserted, run_at, created_at, updated_at, queue
+    )
+    SELECT id, inserted, run_at, created_at, updated_at, {NOTIFY_SQL.replace("inserted.", "upserted.")}
+      FROM upserted
+"""
+
+
 # The submitter's unfinished jobs, counted up to the bound through reliableq_job_submitter_open (its
 # predicate written out, so that the planner can use the partial index).
 HELD_SQL = f"""
@@ -149,6 +174,26 @@ def insert_one(
         cursor.execute(_bounded_submit_sql(keyed), [scope, bound, *params, *fair, bound])
         *row, held = cursor.fetchone()
         return (None if row[0] is None else row), held
+
+
+def debounce_one(
+    params: Sequence[Any], *, seconds: float, max_seconds: float | None, turn: Turn | None = None
+) -> tuple[Any, ...] | None:
+    """INSERT one job (`params` as insert_one takes them, with run_at None) due in `seconds`, or debounce
+    the key's PENDING job (its payload replaced, its run_at moved; see _debounce_sql). Returns (id,
+    inserted, run_at, created_at, updated_at, notified), or None when the key's job is RUNNING."""
+    keyed = None if turn is None else turn.key is not None
+    fair: list[Any] = [None]
+    if turn is not None:
+        _, kind, queue, priority = params[:4]
+        fair = [turn.key, *first_turn_params(queue, kind, priority, turn)]
+    # run_at (params[6]) is the debounce's: refused beside it by the rules, replaced here by the delay.
+    values = [*params[:6], seconds, *params[7:], *fair]
+    with db.cursor() as cursor:
+        # Without debounce_max the cap is NULL, which LEAST ignores.
+        cursor.execute(_debounce_sql(keyed), [*values, seconds, max_seconds])
+        row = cursor.fetchone()
+    return None if row is None else tuple(row)
 
 
 def insert_many(columns: Sequence[Any], *, count: int, scope: str, bound: int | None) -> tuple[Any, ...]:

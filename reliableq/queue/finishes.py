@@ -199,15 +199,19 @@ _PLAIN = """
 
 
 @functools.cache
-def _finish_sql(members: bool, parks: bool = False) -> str:
+def _finish_sql(members: bool, parks: bool = False, progress: bool = False) -> str:
     """The finish's statement, made once per shape (`members`: some of the jobs are a workflow's;
-    `parks`: some wait for an event, and record their wait's timeout as the step of that name).
+    `parks`: some wait for an event, and record their wait's timeout as the step of that name;
+    `progress`: some carry the handler's last progress report, written with the end).
 
     Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     attempts could be planned as a scan of them for each row of `closing`."""
     literals = {"pending": S.PENDING, "waiting": S.WAITING, "cancelled": S.CANCELLED, "event": EVENT, "never": NEVER}
     sets = (_PARKS if parks else _PLAIN).format(**literals)
     waits = ", r ->> 7 AS wait, (r ->> 8)::bool AS locked" if parks else ""
+    if progress:  # the row's last element: a report, or JSON null for a job that made none
+        waits += f", NULLIF(r -> {9 if parks else 7}, 'null'::jsonb) AS progress"
+        sets += "\n               progress = COALESCE(v.progress || jsonb_build_object('at', now()), j.progress),"
     park_columns = ", j.waiting_for, v.delay, j.attempts" if parks else ""
     # A park's wait, as a step: its timeout ({"until": epoch seconds}), kept by a later park of the same wait.
     recorded = (
@@ -287,7 +291,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     result = FinishResult()
     if not finishes:
         return result
-    # A member that did not succeed may cancel up to workflows.WALK dependents in its statement: the
+    # A member that did not succeed may cancel up to graph.WALK dependents in its statement: the
     # other ends of the batch commit first, in a statement of their own, and never wait for that.
     failing = [f for f in finishes if f.workflow and f.status not in (JobStatus.SUCCEEDED, JobStatus.WAITING)]
     if failing and len(failing) < len(finishes):
@@ -307,6 +311,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     # (fenced by the same statement), the locks of parks, or the crash point between the write and
     # its commit.
     members = any(f.workflow for f in finishes)
+    reports = any(f.progress is not None for f in finishes)
     together = (
         members or bool(parks) or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
     )
@@ -316,10 +321,11 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
             [
                 [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
                 + ([f.waiting_for, f.waiting_for in locked] if parks else [])
+                + ([f.progress] if reports else [])
                 for f in sorted(finishes, key=_by_job)
             ]
         )
-        rows = door.followup(db.fetch(_finish_sql(members, bool(parks)), [rows_json]))
+        rows = door.followup(db.fetch(_finish_sql(members, bool(parks), reports), [rows_json]))
         result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):

@@ -137,6 +137,12 @@ class ClaimedJob:
             self._sink(self, value)
 
     @property
+    def last_progress(self) -> dict[str, Any] | None:
+        """The handler's latest job.progress() report, or None."""
+        value: dict[str, Any] | None = self._last_progress
+        return value
+
+    @property
     def cancel(self) -> threading.Event:
         """Set once an operator asked to cancel this running job: a handler may wait on it."""
         event = self._cancel
@@ -318,6 +324,9 @@ class Finish:
     workflow: bool = False  # the job is a workflow's: its end may release others (reliableq.queue.workflows)
     # status WAITING: the event the job waits for (job.wait_for); `delay` is its timeout, -1 none.
     waiting_for: str | None = None
+    # The handler's last job.progress(), written with the end: the heartbeat writes at most once a
+    # second, so a report made just before the return would otherwise be lost.
+    progress: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

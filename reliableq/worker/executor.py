@@ -205,7 +205,7 @@ def suspended(job: ClaimedJob, pause: Suspend) -> Finish:
 
 def _succeeded_in(span: Any, job: ClaimedJob, handler: registry.Handler, value: Any, started: float) -> Result:
     result = succeeded(job, handler, value, started)
-    tracing.ended(span, result.finish.outcome)
+    tracing.ended(span, result.finish.outcome, error=result.finish.error)  # a value it cannot store fails it
     return result
 
 
@@ -216,7 +216,7 @@ def _started(job: ClaimedJob) -> None:
 
 def unknown_kind(job: ClaimedJob, exc: Exception) -> Result:
     # Most likely a rolling deploy: another worker may know the kind, so retry.
-    error = clean(f"{exc} on worker {job.worker_id}")
+    error = clean(str(registry.unknown(job.kind, where=f" on worker {job.worker_id}")))
     return Result(finish=failure(job, outcome=Outcome.FAILED_TRANSIENT, error=error), seconds=0.0)
 
 

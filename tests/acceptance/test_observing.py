@@ -116,14 +116,15 @@ def test_an_attempts_span_is_a_child_of_the_span_that_enqueued_it_across_process
     with tracer.start_as_current_span("POST /orders") as request_span:
         ok = reliableq.enqueue("demo.noop", {}, queue="traced")
         bad = reliableq.enqueue("test.traced_failure", {}, queue="traced")
+        reliableq.enqueue("test.unstorable_result", {}, queue="traced")
     trace_id = f"{request_span.get_span_context().trace_id:032x}"
     worker = spawn_worker("--burst", "--queues", "traced", env={"TESTPROJECT_OTEL_FILE": str(worker_spans)})
     assert worker.wait(timeout=60) == 0, worker.output()
 
     published = {s["name"]: s for s in lines(ours) if s["trace_id"] == trace_id and s["kind"] == "PRODUCER"}
     processed = {s["name"]: s for s in lines(worker_spans) if s["trace_id"] == trace_id}
-    assert set(published) == {"demo.noop publish", "test.traced_failure publish"}
-    assert set(processed) == {"demo.noop process", "test.traced_failure process"}, lines(worker_spans)
+    assert set(published) == {"demo.noop publish", "test.traced_failure publish", "test.unstorable_result publish"}
+    assert set(processed) == {"demo.noop process", "test.traced_failure process", "test.unstorable_result process"}
     for kind, job in (("demo.noop", ok), ("test.traced_failure", bad)):
         span = processed[f"{kind} process"]
         assert span["kind"] == "CONSUMER"
@@ -137,6 +138,10 @@ def test_an_attempts_span_is_a_child_of_the_span_that_enqueued_it_across_process
     failed = processed["test.traced_failure process"]
     assert failed["status"] == "ERROR" and failed["events"] == ["exception"]
     assert failed["attributes"]["reliableq.outcome"] == "FAILED_TRANSIENT"  # its budget was 1: DEAD now
+    # Nothing raised, yet the attempt failed (its return value cannot be stored): ERROR all the same.
+    unstorable = processed["test.unstorable_result process"]
+    assert unstorable["attributes"]["reliableq.outcome"] == "FAILED_PERMANENT"
+    assert unstorable["status"] == "ERROR", unstorable
     assert published["demo.noop publish"]["parent_span_id"] == f"{request_span.get_span_context().span_id:016x}"
 
 
@@ -176,6 +181,18 @@ def test_progress_is_visible_while_the_job_runs_and_written_at_most_once_a_secon
     assert [p["done"] for p in seen] == sorted(p["done"] for p in seen)
     # 30 reports over about 3 s: written at most once a second (each write stamps its own `at`).
     assert len({p["at"] for p in seen}) <= 5, sorted({p["at"] for p in seen})
+
+
+def test_the_last_progress_report_is_written_with_the_finish(spawn_worker):
+    # Five reports in a burst, then the return: the heartbeat writes at most once a second, so only
+    # the finish can carry the last one (issue 50: a SUCCEEDED job showed {done: 4, total: 5}).
+    kinds = ["test.progress", "test.async_progress", "test.isolated_progress"]
+    jobs = [reliableq.enqueue(kind, {"steps": 5, "step_seconds": 0}) for kind in kinds]
+    assert spawn_worker("--burst").wait(timeout=60) == 0
+    for kind, job in zip(kinds, jobs, strict=True):
+        stored = Job.objects.get(pk=job.id)
+        assert stored.status == JobStatus.SUCCEEDED, kind
+        assert (stored.progress["done"], stored.progress["total"]) == (5, 5), (kind, stored.progress)
 
 
 def test_a_stale_attempts_progress_changes_nothing():

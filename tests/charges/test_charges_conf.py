@@ -40,7 +40,7 @@ def test_override_settings_reloads_the_values() -> None:
     assert original == charges_settings.SERVICE_URL
 
 
-def test_an_unknown_key_is_refused_with_a_clear_message_and_the_known_keys() -> None:
+def test_an_unknown_key_is_refused_with_a_clear_message_and_the_closest_key() -> None:
     # The old RELIABLEQ spelling, pasted into CHARGES, is the likely typo.
     with (
         override_settings(CHARGES={"SERVICE_URL": "http://x", "CHARGE_SERVICE_TOKEN": "t", "BOGUS": 1}),
@@ -48,8 +48,8 @@ def test_an_unknown_key_is_refused_with_a_clear_message_and_the_known_keys() -> 
     ):
         charges_settings.SERVICE_URL
     message = str(raised.value)
-    assert "Unknown CHARGES setting(s): BOGUS, CHARGE_SERVICE_TOKEN." in message
-    assert "SERVICE_URL" in message and "SERVICE_TOKEN" in message
+    assert "Unknown CHARGES setting 'BOGUS'." in message
+    assert "Unknown CHARGES setting 'CHARGE_SERVICE_TOKEN'. Did you mean 'SERVICE_TOKEN'?" in message
     assert isinstance(charges_settings.SERVICE_URL, str)  # and it works again once the bad override ends
 
 

@@ -16,8 +16,25 @@ def test_unknown_key_is_refused_with_a_clear_message() -> None:
     ):
         reliableq_settings.LEASE_SECONDS
     message = str(raised.value)
-    assert "Unknown RELIABLEQ setting(s): BOGUS, LEASE_SECOND." in message
-    assert "LEASE_SECONDS" in message  # the known keys are listed to spot the typo
+    # Each key with the closest known one, not a list of all 25 (issue 50).
+    typo = "Unknown RELIABLEQ setting 'LEASE_SECOND'. Did you mean 'LEASE_SECONDS'?"
+    assert message == "Unknown RELIABLEQ setting 'BOGUS'. " + typo
+
+
+def test_an_unknown_key_is_a_system_check_error_naming_the_closest_key_not_a_traceback() -> None:
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    # Before: every check that read a setting raised ImproperlyConfigured out of `manage.py check`.
+    with (
+        override_settings(RELIABLEQ={"MAX_ATTEMPT": 3}),
+        pytest.raises(SystemCheckError) as raised,
+    ):
+        call_command("check")
+    message = str(raised.value)
+    assert "reliableq.E006" in message
+    assert "Unknown RELIABLEQ setting 'MAX_ATTEMPT'. Did you mean 'MAX_ATTEMPTS'?" in message
+    assert "LEASE_SECONDS" not in message
 
 
 def test_settings_work_again_after_a_bad_override_ends() -> None:

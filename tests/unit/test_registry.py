@@ -86,6 +86,29 @@ def test_unknown_kind_raises_unknown_kind_naming_it() -> None:
     assert reliableq.UnknownKind is UnknownKind
 
 
+def test_an_unknown_kind_says_where_handlers_are_found_and_which_modules_were_imported() -> None:
+    # Issue 50: a handler in shop/handlers.py got a bare "No handler is registered" with no hint.
+    with pytest.raises(UnknownKind) as caught:
+        registry.get("shop.refund")
+    message = str(caught.value)
+    assert message.startswith("No handler is registered for kind 'shop.refund'. Handlers are found in each ")
+    assert "installed app's jobs.py (imported here: reliableq.jobs, charges.jobs, testproject.jobs" in message
+    assert "a handler in another module registers only once a jobs.py imports that module." in message
+
+
+def test_the_workers_unknown_kind_error_has_the_same_hint_and_no_stray_period() -> None:
+    import uuid
+
+    from reliableq.queue import ClaimedJob
+    from reliableq.worker import executor
+
+    job = ClaimedJob(id=uuid.uuid4(), kind="shop.refund", queue="default", priority=0, payload={}, attempt=1,
+                     max_attempts=5, lease_token=uuid.uuid4(), worker_id="vm:19602")  # fmt: skip
+    error = executor.unknown_kind(job, registry.unknown(job.kind)).finish.error
+    assert error.startswith("No handler is registered for kind 'shop.refund' on worker vm:19602. Handlers are ")
+    assert "(imported here: reliableq.jobs, charges.jobs, testproject.jobs" in error and ".." not in error
+
+
 def test_testproject_kinds_are_discovered_at_startup() -> None:
     from testproject import jobs
 
