@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import schedules
 from .models import JobStatus, Outcome
-from .queue import horizon, stats, workers
+from .queue import horizon, parked, stats, workers
 
 MAX_QUEUE_SERIES = 100
 BUCKETS = stats.DURATION_BUCKETS
@@ -44,6 +44,17 @@ class QueueCollector(Collector):
             "reliableq_throttled_jobs",
             "Due PENDING jobs in running queues that a max_running, rate_limit or max_running_per_key holds back now.",
             value=snapshot["throttled"],
+        )
+        waiting, sleeping = parked.parked()
+        yield GaugeMetricFamily(
+            "reliableq_waiting_jobs",
+            "Jobs WAITING for an event (job.wait_for): no slot, no lease, until an emit or their timeout.",
+            value=waiting,
+        )
+        yield GaugeMetricFamily(
+            "reliableq_sleeping_jobs",
+            "PENDING jobs in a durable sleep (job.sleep) that has not ended: no slot, no lease until it does.",
+            value=sleeping,
         )
         paused = GaugeMetricFamily(
             "reliableq_queue_paused", "1 while the queue is paused (no claims), else 0.", labels=["queue"]

@@ -6,7 +6,8 @@ from typing import Any, TypeVar, cast
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Now
 
 from . import ids
 from .fields import BigIntegerArrayField, IntegerArrayField, UUIDArrayField
@@ -405,6 +406,15 @@ class Step(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "name"], name="reliableq_step_job_name")]
+        indexes = [
+            # The sleeps by when they end: the sleeping jobs' count (reliableq.queue.parked) reads only the
+            # sleeps not over yet, however many ended sleeps the table keeps. Other kinds write no entry.
+            models.Index(
+                Cast(KeyTextTransform("until", "value"), models.FloatField()),
+                condition=Q(kind="SLEEP"),
+                name="reliableq_step_sleep_until",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind.lower()} {self.name} of {self.job_id}"

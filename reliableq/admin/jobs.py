@@ -23,7 +23,7 @@ from django.utils.timesince import timesince
 
 from .. import services
 from ..errors import WrongStatus
-from ..models import Attempt, Job, JobStatus
+from ..models import Attempt, Job, JobStatus, Step
 from . import steps as admin_steps
 from . import times as admin_times
 from .common import EFFECT_LINKS, MAX_SELECTION, ReadOnlyAdmin, progress_html, registry_keeps_result, status_badge
@@ -37,6 +37,7 @@ SHORT_ID_SCAN = 100_000
 
 
 SHORT_ID = re.compile(r"[0-9a-fA-F]{4,12}")
+STEPS_TITLE = "Steps and checkpoints"
 
 
 class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -157,7 +158,7 @@ class JobAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        ("Steps and checkpoints", {"fields": ("steps_table",)}),
+        (STEPS_TITLE, {"fields": ("steps_table",)}),
         (
             "Details",
             {
@@ -187,11 +188,17 @@ class JobAdmin(ReadOnlyAdmin):
     readonly_fields = [str(name) for _, options in fieldsets for name in options["fields"]] + ["workflow_link"]
 
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
-        if obj is None or obj.workflow_id is None:
-            return self.fieldsets
+        # Rows that say nothing for most jobs appear only on the pages of the jobs they concern, so the
+        # attempt history stays where an operator looks for it: "workflow" for a workflow's job,
+        # "waiting for" for a job waiting for an event, the steps for a job that recorded some.
         (title, options), *rest = self.fieldsets
         fields = list(options["fields"])
-        fields.insert(fields.index("status_display") + 1, "workflow_link")
+        if obj is not None and obj.workflow_id is not None:
+            fields.insert(fields.index("status_display") + 1, "workflow_link")
+        if obj is None or not obj.waiting_for:
+            fields.remove("waiting")
+        if obj is None or not Step.objects.filter(job_id=obj.pk).exists():
+            rest = [fieldset for fieldset in rest if fieldset[0] != STEPS_TITLE]
         return [(title, {**options, "fields": tuple(fields)}), *rest]
 
     # -- read only ------------------------------------------------------------------------

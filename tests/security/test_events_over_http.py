@@ -41,51 +41,49 @@ def client(site: Site, username: str, *perms: str) -> Client:
     return Client(site=site, user=user, token=Token.objects.create(user=user).key)
 
 
-def waiter(name: str, tmp_path: Path) -> uuid.UUID:
-    job_id = reliableq.enqueue("steps.waiter", {"log": str(tmp_path / "log"), "event": name}).id
+def waiter(name: str, log: Path) -> uuid.UUID:
+    return reliableq.enqueue("steps.waiter", {"log": str(log), "event": name}).id
+
+
+def test_a_stranger_without_emit_event_and_a_name_the_site_did_not_open_wake_nothing(events_site: Site, tmp_path: Path):
+    order, refund = waiter("order-42-paid", tmp_path / "log"), waiter("refund-42-approved", tmp_path / "log")
     run_due()
-    assert Job.objects.get(pk=job_id).status == JobStatus.WAITING
-    return job_id
-
-
-def test_a_stranger_without_emit_event_cannot_wake_a_waiting_order(events_site: Site, tmp_path: Path):
-    job_id = waiter("order-42-paid", tmp_path)
     stranger = client(events_site, "mallory", "reliableq.submit_job", "reliableq.view_job")
+    hook = client(events_site, "hooks", EMIT)
 
-    answer = stranger.request("POST", "/v1/events/order-42-paid", json={"payload": {"paid": True}})
+    forbidden = stranger.request("POST", "/v1/events/order-42-paid", json={"payload": {"paid": True}})
+    closed = hook.request("POST", "/v1/events/refund-42-approved", json={})
 
-    problem(answer, 403)
+    problem(forbidden, 403)
+    assert "HTTP_EVENTS" in problem(closed, 400)["errors"]["name"][0]
     assert not Event.objects.exists() and not LogEntry.objects.exists()
-    assert Job.objects.get(pk=job_id).status == JobStatus.WAITING
+    assert {Job.objects.get(pk=pk).status for pk in (order, refund)} == {JobStatus.WAITING}
 
 
-def test_a_name_the_site_did_not_open_is_400_and_wakes_nothing(events_site: Site, tmp_path: Path):
-    job_id = waiter("refund-42-approved", tmp_path)
-    emitter = client(events_site, "hooks", EMIT)
+def test_a_webhook_retried_at_once_wakes_each_waiter_a_real_worker_parked_once(
+    events_site: Site, spawn_worker, tmp_path: Path
+):
+    log = tmp_path / "steps.log"
+    waiters = [waiter("order-9-paid", log) for _ in range(2)]
+    parking = spawn_worker("--burst")
+    assert parking.wait(timeout=60) == 0, parking.output()[-2000:]
+    assert {Job.objects.get(pk=pk).status for pk in waiters} == {JobStatus.WAITING}, "parked: no slot held"
+    hook = client(events_site, "hooks", EMIT)
 
-    answer = emitter.request("POST", "/v1/events/refund-42-approved", json={})
-
-    assert "HTTP_EVENTS" in problem(answer, 400)["errors"]["name"][0]
-    assert not Event.objects.exists() and not LogEntry.objects.exists()
-    assert Job.objects.get(pk=job_id).status == JobStatus.WAITING
-
-
-def test_a_retried_emit_racing_the_first_wakes_each_waiter_once(events_site: Site, tmp_path: Path):
-    waiters = [waiter("order-7-paid", tmp_path) for _ in range(2)]
-    emitter = client(events_site, "hooks", EMIT)
-
-    def emit(amount: int) -> tuple[int, int]:
-        answer = emitter.request("POST", "/v1/events/order-7-paid", json={"payload": {"amount": amount}})
+    def emit(_: int) -> tuple[int, int]:
+        answer = hook.request("POST", "/v1/events/order-9-paid", json={"payload": {"paid": 9}})
         return answer.status_code, answer.json()["woken"]
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        answers = sorted(pool.map(emit, range(4)))
-    [ran_first, ran_second] = run_due()
-    late = emitter.request("POST", "/v1/events/order-7-paid", json={"payload": {"amount": 99}})
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        answers = sorted(pool.map(emit, range(3)))
+    resuming = spawn_worker("--burst")
+    assert resuming.wait(timeout=60) == 0, resuming.output()[-2000:]
+    late = hook.request("POST", "/v1/events/order-9-paid", json={"payload": {"paid": 10}})
 
-    assert answers[:3] == [(200, 0)] * 3 and answers[3] == (202, 2), answers
-    assert {ran_first.status, ran_second.status} == {JobStatus.SUCCEEDED}
-    assert late.status_code == 200 and late.json()["woken"] == 0
-    assert not run_due(), "nothing woken again"
-    assert [j.attempts for j in Job.objects.filter(pk__in=waiters)] == [2, 2], "parked once, run once"
+    assert answers == [(200, 0), (200, 0), (202, 2)], answers
+    assert (late.status_code, late.json()["woken"], late.json()["payload"]) == (200, 0, {"paid": 9})
+    for job in Job.objects.filter(pk__in=waiters):
+        assert job.status == JobStatus.SUCCEEDED and job.result == {"paid": 9} and job.attempts == 2
+    runs = sorted(line.split()[1] for line in log.read_text().splitlines())
+    assert runs == ["after", "after", "before", "before"], "each waiter's code before and after the wait ran once"
     assert Event.objects.count() == 1 and LogEntry.objects.count() == 1

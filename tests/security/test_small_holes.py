@@ -77,7 +77,9 @@ def test_a_replayed_job_does_not_inherit_the_cancel_asked_of_its_last_run(client
 # -- 7: NUL -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("query", ["queue=%00", "kind=%00", "status__exact=%00", "q=%00", "queue=a%00b"])
+@pytest.mark.parametrize(
+    "query", ["queue=%00", "kind=%00", "status__exact=%00", "q=%00", "queue=a%00b", "waiting_for=a%00b"]
+)
 def test_nul_in_the_admins_filters_is_a_400_not_a_500(client_of, site, query):
     client_of("olga", "reliableq.view_job", password=PASSWORD)
     session = admin_session(site, "olga")
