@@ -15,6 +15,7 @@ never imports a module path read from a job's payload.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import uuid
@@ -22,7 +23,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from . import registry, services, signals
+from . import registry, sanitize, services, signals
 from .errors import TransientError
 from .models import Attempt, Job, JobStatus
 from .tasks_compat import (
@@ -38,6 +39,9 @@ from .tasks_compat import (
     task_finished,
     task_started,
 )
+
+# A failed task's traceback starts at the task's own line, not at Task.call that ran it.
+sanitize.calls_handlers(inspect.getfile(Task))
 
 KIND = registry.TASKS_KIND  # jobs enqueued before tasks had kinds of their own
 logger = logging.getLogger("reliableq.backends")

@@ -5,7 +5,7 @@ each of a job's three row versions enters it again there: over a long run every 
 between two checkpoints, and the first touch of each writes the whole 8 kB page to the WAL. An id
 that starts with the millisecond keeps a job's entries at the index's right edge, among pages that
 are already hot. Ids made in one millisecond are in random order: the time prefix is for locality,
-not a promise of order (the job list orders by created_at).
+not a promise of order (the job list orders by created_at), except where after() makes them.
 """
 
 from __future__ import annotations
@@ -26,3 +26,19 @@ def job_id() -> uuid.UUID:
     rand_a = rand >> 68
     rand_b = rand & ((1 << 62) - 1)
     return uuid.UUID(int=(ms & _MS) << 80 | _VERSION | rand_a << 64 | _VARIANT | rand_b)
+
+
+_RAND_B = (1 << 62) - 1
+
+
+def after(previous: uuid.UUID | None) -> uuid.UUID:
+    """A version 7 UUID greater than `previous` (a workflow's members, listed in id order, keep the
+    order they were added in): a new one, or `previous` plus one when the clock has not moved on."""
+    made = job_id()
+    if previous is None or made > previous:
+        return made
+    if (previous.int & _RAND_B) != _RAND_B:  # the random bits' room: plus one stays a version 7 UUID
+        return uuid.UUID(int=previous.int + 1)
+    while made <= previous:  # 2**62 ids in one millisecond used up: wait for the next
+        made = job_id()
+    return made

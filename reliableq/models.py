@@ -589,7 +589,7 @@ class Worker(models.Model):
     queues = models.JSONField(default=list)
     concurrency = models.PositiveIntegerField()
     busy = models.PositiveIntegerField(default=0)  # slots in use at the last beat
-    isolation = models.CharField(max_length=16, blank=True, default="")  # the default for its sync handlers
+    isolation = models.CharField(max_length=16, blank=True, default="")  # thread, process, async, or "per handler"
     version = models.CharField(max_length=40, blank=True, default="")
     lease_seconds = models.FloatField()
     started_at = models.DateTimeField(db_default=Now())

@@ -242,6 +242,12 @@ def kinds() -> list[str]:
     return sorted(_handlers)
 
 
+def isolation() -> str:
+    """Where this process's handlers run: "thread", "process" or "async" when all alike, else "per handler"."""
+    found = {h.runs_in for h in _handlers.values()}
+    return found.pop() if len(found) == 1 else "per handler"
+
+
 def autodiscover() -> None:
     """Import every installed app's jobs module, as the admin does with admin.py.
 

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import traceback
+from types import TracebackType
 
 from .conf import reliableq_settings
 
@@ -222,10 +223,34 @@ def storable(text: str) -> str:
 MAX_TRACEBACK_CHARS = 16_000
 
 
+# The queue's own package (and a Tasks framework's, see calls_handlers): their frames above a
+# handler's are how the handler was called, not where it failed.
+_CALLERS: tuple[str, ...] = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+
+
+def calls_handlers(module_file: str) -> None:
+    """Count the frames of the package holding `module_file` as the caller's, like the queue's own."""
+    global _CALLERS
+    prefix = os.path.dirname(os.path.abspath(module_file)) + os.sep
+    if prefix not in _CALLERS:
+        _CALLERS = (*_CALLERS, prefix)
+
+
+def _from_the_callers_code(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from its first frame outside those packages on (the handler's, the task's); all
+    of it when every frame is theirs (the queue itself failed: its frames are the story)."""
+    first = tb
+    while first is not None and first.tb_frame.f_code.co_filename.startswith(_CALLERS):
+        first = first.tb_next
+    return first if first is not None else tb
+
+
 def traceback_of(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
-    """The exception's traceback as traceback.format_exception writes it, with its file paths made
-    relative and its secrets redacted, cut in the middle past `limit` (the last lines name the error)."""
-    text = storable(redact(shorten_paths("".join(traceback.format_exception(exc)))))
+    """The exception's traceback as traceback.format_exception writes it, from the handler's frames on
+    (not the worker's that called it), with its file paths made relative and its secrets redacted, cut
+    in the middle past `limit` (the last lines name the error)."""
+    lines = traceback.format_exception(type(exc), exc, _from_the_callers_code(exc.__traceback__))
+    text = storable(redact(shorten_paths("".join(lines))))
     if len(text) <= limit:
         return text
     keep = (limit - 60) // 2

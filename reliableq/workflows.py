@@ -23,6 +23,7 @@ from typing import Any
 
 from . import audit, registry, rules, tracing
 from .errors import InvalidJob, KeyConflict, TooManyUnfinished, WrongStatus
+from .ids import after as id_after
 from .ids import job_id as new_id
 from .models import OnUpstreamFailure, Workflow, WorkflowStatus
 from .options import PER_JOB, JobOptions
@@ -87,7 +88,7 @@ class WorkflowBuilder:
         A member of a fair kind takes its fair_key's turn when it becomes PENDING (at enqueue for a
         member with no upstream, else at its release), so a released fan-out queues behind the other
         keys' due work as a batch of that key would."""
-        member_id = new_id()
+        member_id = id_after(self._ids[-1] if self._ids else None)  # members listed in id order: as added
         index = len(self._members)
         label = str(member_id) if name is None else name
         self._members.append(
@@ -157,9 +158,10 @@ def _members(builder: WorkflowBuilder, submitted_by: Any = None) -> list[stateme
             duplicates.append(index)
         by_name.setdefault(p.name, index)
     if duplicates:
-        raise InvalidWorkflow(
-            f"Members {', '.join(map(str, duplicates))} repeat a name another member has.", indexes=duplicates
-        )
+        named = "; ".join(f"member {i} repeats {planned[i].name!r}, the name of member {by_name[planned[i].name]}"
+                          for i in duplicates[:10])  # fmt: skip
+        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+        raise InvalidWorkflow(f"Each member needs a name of its own: {named}{more}.", indexes=duplicates)
     ids = builder._ids
     upstream: list[list[int]] = []
     unknown = []

@@ -55,6 +55,7 @@ class QueueDashboardAdmin(ReadOnlyAdmin):
             raise BadRequest("queues_after must be a queue name.")
         figures = readcache.read("dashboard", _dashboard_figures)
         queues, more = stats.queue_page(after=after, limit=DASHBOARD_QUEUES)
+        served = workers.served_queues()  # a queue no live worker serves is not "running"
         held = figures["horizon"]
         snapshot = figures["snapshot"]
         jobs_url = reverse("admin:reliableq_job_changelist")
@@ -81,7 +82,8 @@ class QueueDashboardAdmin(ReadOnlyAdmin):
                 "dead_tuples": figures["dead_tuples"],
                 "chart_panels": figures["chart_panels"],
                 "queues": queues,
-                "unserved": workers.unserved(queues),
+                "unserved": workers.unserved(queues, served),
+                "served": served,
                 "live_workers": workers.live().count(),
                 "queues_after": after,
                 "queues_next": "?" + urlencode({"queues_after": more}) if more is not None else "",

@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import F, Q, QuerySet, Subquery, TextField, Window
-from django.db.models.functions import Cast, Lag
+from django.db.models.functions import Cast, Lag, Now
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -227,7 +227,8 @@ class JobAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         # No page shows a whole payload but the job's own, which reads it itself (payload_pretty).
-        return cast("QuerySet[Job]", super().get_queryset(request).defer("payload"))
+        # The database's now beside each row: whether a PENDING job is overdue is read by its clock.
+        return cast("QuerySet[Job]", super().get_queryset(request).defer("payload").annotate(db_now=Now()))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         # The list needs the width at 1,280 px: the app sidebar (300 px) is one click away on every other page.
@@ -291,15 +292,20 @@ class JobAdmin(ReadOnlyAdmin):
     def next_run(self, job: Job) -> str:
         if job.status != JobStatus.PENDING:
             return "-"
-        return admin_times.short(job.run_at, timezone.now())
+        now = _now(job)
+        shown = admin_times.short(job.run_at, now)
+        if job.run_at < now:  # due and still waiting for a worker: a past time alone reads as done
+            return format_html('{} <strong class="overdue" style="color:#b71c1c">overdue</strong>', shown)
+        return shown
 
     @admin.display(description="runs at")
     def next_run_at(self, job: Job) -> str:
         if job.status != JobStatus.PENDING:
             return "-"
-        now = timezone.now()
+        now = _now(job)
         after = " (the next attempt, after a failure)" if job.attempts else ""
-        return f"{admin_times.to_second(job.run_at)}, {admin_times.relative(job.run_at, now)}{after}"
+        overdue = ": overdue, due and not yet claimed" if job.run_at < now else ""
+        return f"{admin_times.to_second(job.run_at)}, {admin_times.relative(job.run_at, now)}{overdue}{after}"
 
     @admin.display(description="waiting for")
     def waiting(self, job: Job) -> str:
@@ -513,6 +519,11 @@ class JobAdmin(ReadOnlyAdmin):
 
     def cancel_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return _cancel_one(request, self, object_id)
+
+
+def _now(job: Job) -> Any:
+    """The database's time as the job's row was read (get_queryset), or this process's for a row read otherwise."""
+    return getattr(job, "db_now", None) or timezone.now()
 
 
 def _replay_one(request: HttpRequest, model_admin: JobAdmin, object_id: str) -> HttpResponse:

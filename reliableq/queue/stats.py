@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,30 @@ def _distinct(column: str, limit: int | None, after: str) -> list[str]:
             [after, limit],
         )
         return [row[0] for row in cursor.fetchall()]
+
+
+NAMES_TO_SUGGEST = 1000  # queue names read, at most, to suggest the closest to one that is unused
+
+
+def unused_queues(names: Sequence[str]) -> dict[str, list[str]]:
+    """Of these queue names, each that holds no job and no pause state (a typo, most often), with the
+    closest names of queues that do. One index probe per name; then at most NAMES_TO_SUGGEST names."""
+    table = Job._meta.db_table
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT name FROM unnest(%s::text[]) AS name
+             WHERE NOT EXISTS (SELECT 1 FROM {table} j WHERE j.queue = name)
+               AND NOT EXISTS (SELECT 1 FROM {QueueState._meta.db_table} s WHERE s.name = name)
+            """,
+            [list(names)],
+        )
+        unused = [row[0] for row in cursor.fetchall()]
+    if not unused:
+        return {}
+    states = QueueState.objects.order_by("name").values_list("name", flat=True)[:NAMES_TO_SUGGEST]
+    known = sorted(set(queues(NAMES_TO_SUGGEST)) | set(states))
+    return {name: difflib.get_close_matches(name, known, n=3, cutoff=0.6) for name in unused}
 
 
 QUEUE_PAGE = 100  # queues per page of /v1/queues, the dashboard and `reliableq_queue list` by default

@@ -78,12 +78,13 @@ def served_queues() -> set[str]:
     return {queue for queues in live().values_list("queues", flat=True) for queue in queues}
 
 
-def unserved(summaries: Sequence[QueueSummary]) -> set[str]:
-    """Of these queues, those with due jobs that no live worker serves (a paused queue waits on purpose)."""
+def unserved(summaries: Sequence[QueueSummary], served: set[str] | None = None) -> set[str]:
+    """Of these queues, those with due jobs that no live worker serves (a paused queue waits on purpose);
+    `served`: served_queues(), when the caller read it already."""
     waiting = [q.name for q in summaries if q.oldest_due_age_seconds > 0 and not q.paused]
     if not waiting:
         return set()
-    served = served_queues()
+    served = served_queues() if served is None else served
     return {name for name in waiting if name not in served}
 
 

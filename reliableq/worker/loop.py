@@ -21,7 +21,6 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError
 
 from .. import outage, registry
-from ..conf import reliableq_settings
 from ..models import Outcome
 from ..sanitize import describe, traceback_of
 from . import executor
@@ -250,7 +249,7 @@ class Worker:
         return {
             "queues": c.queues,
             "concurrency": c.concurrency,
-            "isolation": str(reliableq_settings.ISOLATION),
+            "isolation": registry.isolation(),  # what it runs, not the default (a handler may choose)
             "lease_seconds": c.lease_seconds,
         }
 

@@ -155,7 +155,9 @@ def test_a_failed_tasks_traceback_is_pythons_own(spawn_worker):
     assert error.traceback.startswith("Traceback (most recent call last):\n"), error.traceback
     assert error.traceback.endswith("ValueError: This task failed due to ValueError\n"), error.traceback
     assert 'File "testproject/tasks.py", line' in error.traceback  # paths relative to the project, not absolute
-    assert "reliableq/backends.py" not in error.traceback.splitlines()[-1]
+    # It points at the task's own line first, not at the backend's run_task that called it (issue 50).
+    assert error.traceback.splitlines()[1].startswith('  File "testproject/tasks.py", line'), error.traceback
+    assert "reliableq/" not in error.traceback, error.traceback
 
 
 def test_task_finished_is_sent_once_with_the_finished_result(spawn_worker, tmp_path):

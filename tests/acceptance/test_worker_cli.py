@@ -35,6 +35,16 @@ def test_burst_on_an_empty_queue_exits_0_at_once(spawn_worker):
     assert "burst done" in worker.output()
 
 
+def test_a_queue_that_never_held_a_job_is_named_at_start_with_the_closest_that_did(spawn_worker):
+    # Issue 50: `runworker --queues emials` (a typo) sat idle and said nothing.
+    reliableq.enqueue("demo.noop", {}, queue="emails")
+    worker = spawn_worker("--burst", "--queues", "emials,emails")
+    assert worker.wait(timeout=20) == 0, worker.output()
+    warned = [line for line in worker.output().splitlines() if "has never held a job" in line]
+    assert len(warned) == 1, worker.output()
+    assert "queue 'emials' has never held a job" in warned[0] and "closest queues that have: 'emails'." in warned[0]
+
+
 def test_burst_waits_for_a_running_job_and_recovers_it_when_its_owner_is_gone(spawn_worker):
     """A RUNNING job counts as work: the burst worker stays until it is settled."""
     token = uuid.uuid4()

@@ -40,7 +40,8 @@ def test_a_worker_is_listed_live_and_the_queue_nobody_serves_is_flagged(spawn_wo
     metrics = client.get("/v1/metrics").content.decode()
 
     assert (row.queues, row.concurrency, row.pid) == (["default", "reports"], 3, worker.pid)
-    assert row.isolation == "thread" and row.host and row.version == "0.1.0"
+    # What it runs: testproject has thread, async and isolation="process" handlers (issue 50: "thread").
+    assert row.isolation == "per handler" and row.host and row.version == "0.1.0"
     assert "host-a:1" in listing and ">live<" in listing and "default, reports" in listing
     orphan = re.search(r'<tr id="queue-orphan">.*?</tr>', dashboard, re.S)
     assert orphan and "no live worker serves this queue" in orphan.group(0)

@@ -121,6 +121,26 @@ def test_dashboard_shows_the_age_of_the_oldest_due_pending_job_by_database_time(
     assert 85.0 <= float(shown[:-2]) <= 90.0, shown
 
 
+def test_a_queue_no_live_worker_serves_is_not_called_running(operator_client: Client) -> None:
+    # Issue 50: "running" beside "0 live workers", for a queue with nothing due yet.
+    from reliableq.models import Worker
+
+    for queue in ("later", "served"):
+        job = job_in(JobStatus.PENDING, queue=queue)
+        Job.objects.filter(pk=job.pk).update(run_at=Now() + dt.timedelta(hours=1))
+    Worker.objects.create(id="host:1", host="host", pid=1, queues=["served"], concurrency=1, lease_seconds=30)
+
+    page = dashboard(operator_client)
+
+    def state(queue: str) -> str:
+        found = re.search(rf'<tr id="queue-{queue}">.*?class="queue-state">(.*?)</td>', page, re.S)
+        assert found, page
+        return text(found.group(1))
+
+    assert state("later") == "no worker"
+    assert state("served") == "running"
+
+
 def test_dashboard_oldest_due_age_is_zero_without_due_pending_jobs(operator_client: Client) -> None:
     not_due = job_in(JobStatus.PENDING)
     Job.objects.filter(pk=not_due.pk).update(run_at=Now() + dt.timedelta(minutes=5))

@@ -55,9 +55,10 @@ def test_job_list_shows_one_distinct_badge_per_status_and_each_rows_columns(oper
     assert text(rows[str(jobs[JobStatus.RUNNING].pk)[-8:]]["attempts_display"]) == "1 / 5"
     assert text(rows[str(jobs[JobStatus.DEAD].pk)[-8:]]["attempts_display"]) == "3 / 3"
     assert text(rows[str(jobs[JobStatus.PENDING].pk)[-8:]]["queue"]) == "emails"
-    # A PENDING job says when it runs, to the second; the others have nothing to wait for.
+    # A PENDING job says when it runs, to the second (overdue: due since its insert, unclaimed); the
+    # others have nothing to wait for.
     assert re.fullmatch(
-        r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d", text(rows[str(jobs[JobStatus.PENDING].pk)[-8:]]["next_run"])
+        r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d( overdue)?", text(rows[str(jobs[JobStatus.PENDING].pk)[-8:]]["next_run"])
     )
     assert text(rows[str(jobs[JobStatus.DEAD].pk)[-8:]]["next_run"]) == "-"
     # The last error is shortened to 60 characters in the list (300 on hover); the job's page has it whole.
@@ -66,6 +67,23 @@ def test_job_list_shows_one_distinct_badge_per_status_and_each_rows_columns(oper
     assert f'title="{long_error[:300]}"' in dead_row
     assert long_error not in body(response)
     assert text(rows[str(jobs[JobStatus.CANCELLED].pk)[-8:]]["short_error"]) == "cancelled by ops"
+
+
+def test_an_overdue_pending_job_is_marked_so_in_the_list_and_on_its_page(operator_client: Client) -> None:
+    # Issue 50: an overdue job's "Runs at" showed a past time with no marker.
+    from django.db.models.functions import Now
+
+    late = job_in(JobStatus.PENDING, kind="test.flaky")
+    Job.objects.filter(pk=late.pk).update(run_at=Now() - dt.timedelta(minutes=5))
+    later = job_in(JobStatus.PENDING, kind="test.flaky")
+    Job.objects.filter(pk=later.pk).update(run_at=Now() + dt.timedelta(minutes=5))
+
+    rows = {text(row["short_id"]): row for row in job_rows(operator_client.get(LIST))}
+    assert text(rows[str(late.pk)[-8:]]["next_run"]).endswith(" overdue")
+    assert "overdue" not in text(rows[str(later.pk)[-8:]]["next_run"])
+    page = body(operator_client.get(f"{LIST}{late.pk}/change/"))
+    assert "ago: overdue, due and not yet claimed" in page
+    assert "overdue" not in body(operator_client.get(f"{LIST}{later.pk}/change/"))
 
 
 def test_job_list_is_newest_first(operator_client: Client) -> None:

@@ -75,6 +75,25 @@ def test_a_bad_workflow_is_400_naming_its_members_and_makes_nothing(api, change,
     assert nothing_made()
 
 
+def test_the_answer_lists_the_members_in_the_order_submitted(api):
+    # Issue 50: members were answered in id order, and ids made in one millisecond are in random order.
+    sent = body(n=40)
+    doc = api.post(URL, sent, format="json").json()
+    assert [m["name"] for m in doc["members"]] == [m["name"] for m in sent["members"]]
+    again = api.get(f"{URL}/{doc['id']}").json()
+    assert [m["name"] for m in again["members"]] == [m["name"] for m in sent["members"]]
+
+
+def test_a_repeated_member_name_is_named_in_a_sentence(api):
+    sent = body()
+    sent["members"].append({"name": "fetch", "kind": "wf.step", "payload": {}})
+    problem = problem_of(api.post(URL, sent, format="json"), 400)
+    # Before: "Members 5 repeat a name another member has."
+    assert problem["errors"]["members[5]"] == [
+        "Each member needs a name of its own: member 5 repeats 'fetch', the name of member 0."
+    ], problem
+
+
 def test_a_member_or_callback_of_a_kind_closed_to_http_is_403_and_makes_nothing(api):
     sent = body()
     sent["members"][2]["kind"] = "test.permanent"  # registered, not http=True

@@ -38,3 +38,13 @@ def test_ids_made_in_one_burst_are_distinct() -> None:
     made = {ids.job_id() for _ in range(10_000)}
 
     assert len(made) == 10_000
+
+
+def test_after_makes_ids_that_sort_in_the_order_they_were_made() -> None:
+    made = [ids.after(None)]
+    for _ in range(2_000):  # many in one millisecond: random order there without after()
+        made.append(ids.after(made[-1]))
+    assert made == sorted(made) and len(set(made)) == len(made)
+    ahead = uuid.UUID(int=(made[-1].int >> 80) + 60_000 << 80 | 0x7 << 76 | 0b10 << 62)  # a minute ahead
+    following = ids.after(ahead)  # a clock that went back still gives a later id, one of version 7
+    assert following > ahead and following.version == 7 and following.variant == uuid.RFC_4122

@@ -109,6 +109,16 @@ def test_the_workers_unknown_kind_error_has_the_same_hint_and_no_stray_period() 
     assert "(imported here: reliableq.jobs, charges.jobs, testproject.jobs" in error and ".." not in error
 
 
+def test_isolation_says_where_the_handlers_run_or_per_handler() -> None:
+    # The workers panel showed "Isolation: thread" for a worker running isolation="process" handlers.
+    assert registry.isolation() == "per handler"  # testproject: thread, async and process handlers
+    registry._handlers.clear()
+    reliableq.handler("unit.isolated", isolation="process")(first)
+    assert registry.isolation() == "process"
+    reliableq.handler("unit.threaded")(second)
+    assert registry.isolation() == "per handler"
+
+
 def test_testproject_kinds_are_discovered_at_startup() -> None:
     from testproject import jobs
 

@@ -337,6 +337,21 @@ def test_clean_shortens_the_paths_of_a_real_traceback() -> None:
     assert "hunter2" not in cleaned
 
 
+def test_an_attempts_traceback_starts_at_the_handlers_frame_not_the_executors() -> None:
+    # Issue 50: the logged and stored traceback began in reliableq/worker/executor.py.
+    import uuid
+
+    from reliableq.queue import ClaimedJob
+    from reliableq.worker import executor
+
+    job = ClaimedJob(id=uuid.uuid4(), kind="test.permanent", queue="default", priority=0, payload={}, attempt=1,
+                     max_attempts=5, lease_token=uuid.uuid4(), worker_id="w")  # fmt: skip
+    trace = executor.run_attempt(job).finish.traceback
+    frames = [line for line in trace.splitlines() if line.startswith('  File "')]
+    assert frames and frames[0].startswith('  File "testproject/jobs.py"'), trace
+    assert "reliableq/" not in trace and "hunter2" not in trace
+
+
 def test_without_traceback_keeps_only_the_text_before_the_traceback() -> None:
     try:
         try:

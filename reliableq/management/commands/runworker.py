@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, InterfaceError
 
 from ... import rules
 from ...conf import reliableq_settings
-from ...queue import health
+from ...queue import health, stats
 from ...worker import Worker, WorkerConfig
 from ...worker.loop import default_worker_id
+
+logger = logging.getLogger("reliableq.worker")
 
 
 def positive(value: str) -> float:
@@ -57,6 +60,7 @@ class Command(BaseCommand):
             # Before the first claim: a worker without its tables would retry "relation does not exist" forever.
             raise CommandError(f"The queue's database is not ready: {missing}, then start the worker again.")
         self.configure_logging(options["verbosity"])
+        self.warn_of_unused_queues(config.queues)
         code = Worker(config).run()
         if code:
             sys.exit(code)
@@ -98,6 +102,18 @@ class Command(BaseCommand):
             burst=options["burst"],
             health_file=health_file,
         )
+
+    def warn_of_unused_queues(self, queues: tuple[str, ...]) -> None:
+        """Name each queue no job ever used (a typo in --queues sits idle otherwise), and the closest that did."""
+        try:
+            unused = stats.unused_queues(queues)
+        except (DatabaseError, InterfaceError):
+            return  # the worker waits for its database as it runs, and says so
+        for name, close in unused.items():
+            guess = f" The closest queues that have: {', '.join(repr(c) for c in close)}." if close else ""
+            logger.warning(
+                "queue %r has never held a job (none is kept): is its name in --queues right?%s", name, guess
+            )
 
     def configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("reliableq")
