@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
@@ -55,8 +54,7 @@ def test_two_workers_never_schedule_one_cron_slot_twice(spawn_worker):
 def test_an_idle_worker_claims_a_new_job_at_once_when_notified(spawn_worker):
     # Poll only every 60 s: without the NOTIFY wake-up the job would wait a minute.
     worker = spawn_worker(env={"RELIABLEQ_POLL_SECONDS": "60"})
-    worker.wait_for_output("started")
-    time.sleep(0.5)  # let it reach its idle wait; no condition to poll for (it is waiting)
+    worker.wait_for_output("(probe heard)")  # its LISTEN is in place: a NOTIFY from now on wakes it
     job = reliableq.enqueue("demo.noop", {})
     wait_until(
         lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED,

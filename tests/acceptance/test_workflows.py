@@ -4,26 +4,17 @@ finished by several processes at once, release their dependents and fire each ca
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
 import reliableq
 from reliableq.faults import ATTEMPT_POINTS as POINTS  # the attempt's windows; steps: test_steps.py
 from reliableq.models import Attempt, Job, JobStatus, Workflow, WorkflowCount, WorkflowStatus
+from tests.support import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 LEASE = "0.6"
-
-
-def wait_for(check, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 def finished(workflow_ids) -> bool:
@@ -75,8 +66,14 @@ def test_a_member_killed_at_each_failure_window_releases_its_dependent_once(spaw
         assert Job.objects.get(workflow=records[point], member_name="second").status == JobStatus.WAITING, point
         assert callbacks(records[point]) == [], point
     rescuer = spawn_worker("--lease-seconds", LEASE, "--queues", ",".join(f"wf-{p}" for p in POINTS))
-    wait_for(lambda: finished(r.pk for r in records.values()) and not Job.objects.exclude(
-        status__in=[JobStatus.SUCCEEDED]).exists(), what="every workflow and callback to finish")  # fmt: skip
+    wait_until(
+        lambda: (
+            finished(r.pk for r in records.values())
+            and not Job.objects.exclude(status__in=[JobStatus.SUCCEEDED]).exists()
+        ),
+        timeout=60,
+        what="every workflow and callback to finish",
+    )
     rescuer.stop()
     for point, record in records.items():
         record.refresh_from_db()
@@ -102,9 +99,11 @@ def test_fan_ins_finished_by_several_processes_at_once_release_once(spawn_worker
         bad.on(event, "wf.callback", {})
     records = [good.enqueue(), bad.enqueue()]
     workers = [spawn_worker("--concurrency", "8") for _ in range(3)]
-    wait_for(lambda: finished(r.pk for r in records), timeout=120, what="both workflows to finish")
-    wait_for(
-        lambda: not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists(), what="callbacks"
+    wait_until(lambda: finished(r.pk for r in records), timeout=120, what="both workflows to finish")
+    wait_until(
+        lambda: not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists(),
+        timeout=60,
+        what="callbacks",
     )
     for w in workers:
         w.stop()
@@ -148,11 +147,11 @@ def test_many_small_fan_ins_with_failures_and_replays_keep_every_workflow_invari
     workers = [spawn_worker("--concurrency", "8") for _ in range(3)]
     unfinished = [JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING]
     for _ in range(3):
-        wait_for(lambda: not Job.objects.filter(status__in=unfinished).exists(), timeout=120, what="settling")
+        wait_until(lambda: not Job.objects.filter(status__in=unfinished).exists(), timeout=120, what="settling")
         dead = list(Job.objects.filter(status=JobStatus.DEAD, member_name__isnull=False).values_list("pk", flat=True))
         for job_id in dead:
             services.replay(job_id)
-    wait_for(lambda: not Job.objects.filter(status__in=unfinished).exists(), timeout=120, what="settling")
+    wait_until(lambda: not Job.objects.filter(status__in=unfinished).exists(), timeout=120, what="settling")
     for w in workers:
         w.stop()
     report = Report()
