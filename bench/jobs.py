@@ -98,3 +98,31 @@ def register_fair_kinds() -> None:
 
 if os.environ.get("BENCH_FAIR"):
     register_fair_kinds()
+
+
+# The steps scenario's kinds, run in the harness's own process (reliableq.testing.run_due): each step's
+# and checkpoint's call is timed here, where the scenario reads it.
+STEP_CALLS: list[float] = []  # seconds of each job.step / job.checkpoint call since the scenario cleared it
+
+
+def _nothing() -> None:
+    return None
+
+
+@reliableq.handler("bench.steps", timeout=600)
+def steps(job: ClaimedJob) -> None:
+    """payload['steps'] steps of a function that does nothing, then payload['checkpoints'] checkpoints."""
+    for n in range(int(job.payload.get("steps", 0))):
+        began = time.perf_counter()
+        job.step(f"s{n}", _nothing)
+        STEP_CALLS.append(time.perf_counter() - began)
+    for n in range(int(job.payload.get("checkpoints", 0))):
+        began = time.perf_counter()
+        job.checkpoint("c", n)
+        STEP_CALLS.append(time.perf_counter() - began)
+
+
+@reliableq.handler("bench.waiter", timeout=600)
+def waiter(job: ClaimedJob) -> None:
+    """Wait for the event payload['event'] (parked WAITING until it is emitted)."""
+    job.wait_for(job.payload["event"])

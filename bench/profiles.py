@@ -47,6 +47,11 @@ class Profile:
     fair_keys: int  # the claim's cost is measured beside a backlog over this many keys
     schedule_count: int  # the schedules scenario: one worker with this many schedules ...
     schedule_window: float  # ... measured for this many seconds per arm
+    steps_jobs: int  # the steps scenario: jobs of each arm (empty, one step, one checkpoint) a repetition
+    steps_long: int  # the steps of its long job
+    steps_waiters: int  # jobs parked WAITING, then woken by as many emits
+    steps_parked: int  # jobs parked (sleeping, or waiting) beside the claim's due ones ...
+    steps_window: float  # ... for this many seconds an arm
     peers: bool
     # The ceilings scenario also runs pgbench with each claim and its finish in one transaction: one
     # commit and one WAL flush a batch, not two. What a fused finish-and-claim statement could gain
@@ -99,6 +104,11 @@ PROFILES = {
         fair_keys=1_000,
         schedule_count=100,
         schedule_window=3.0,
+        steps_jobs=20,
+        steps_long=100,
+        steps_waiters=50,
+        steps_parked=2_000,
+        steps_window=2.0,
         peers=True,
     ),
     "quick": Profile(
@@ -141,6 +151,11 @@ PROFILES = {
         fair_keys=10_000,
         schedule_count=1_000,
         schedule_window=20.0,
+        steps_jobs=200,
+        steps_long=1_000,
+        steps_waiters=500,
+        steps_parked=100_000,
+        steps_window=10.0,
         peers=True,
     ),
     "full": Profile(
@@ -183,6 +198,11 @@ PROFILES = {
         fair_keys=10_000,
         schedule_count=1_000,
         schedule_window=60.0,
+        steps_jobs=500,
+        steps_long=1_000,
+        steps_waiters=2_000,
+        steps_parked=100_000,
+        steps_window=30.0,
         peers=True,
     ),
 }

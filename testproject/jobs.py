@@ -456,3 +456,29 @@ async def waiter_async(job: ClaimedJob) -> Any:
 @reliableq.handler("steps.waiter_isolated", max_attempts=3, keep_result=True, timeout=60, isolation="process")
 def waiter_isolated(job: ClaimedJob) -> Any:
     return job.wait_for(job.payload["event"], timeout=job.payload.get("timeout"))
+
+
+# The steps demo (manage.py demo_steps): three steps, each run of their functions committed to
+# testproject.StepRun, so that the demo counts them from PostgreSQL.
+
+
+def _demo_step(job_id: str, step: str, attempt: int) -> str:
+    from testproject.models import StepRun
+
+    StepRun.objects.create(job_id=job_id, step=step, attempt=attempt, pid=os.getpid())  # autocommit: its own
+    return f"{step} done"
+
+
+DEMO_STEPS = ("reserve", "pack", "ship")
+
+
+@reliableq.handler("demo.three_steps", max_attempts=5, keep_result=True, timeout=300)
+def demo_three_steps(job: ClaimedJob) -> list[str]:
+    """reserve, pack, ship; after the step payload['pause_after'] the first attempt waits (outside any
+    step, payload['pause_seconds']) for the demo's SIGKILL."""
+    done = []
+    for name in DEMO_STEPS:
+        done.append(job.step(name, _demo_step, str(job.id), name, job.attempt))
+        if job.payload.get("pause_after") == name and job.attempt == 1:
+            time.sleep(float(job.payload.get("pause_seconds", 120)))
+    return done

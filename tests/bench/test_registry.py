@@ -29,6 +29,7 @@ REPORT_ORDER = [
     "pooler",
     "fleet",
     "schedules",
+    "steps",
 ]
 
 
