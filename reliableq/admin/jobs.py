@@ -401,12 +401,13 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
-        # PENDING ones are cancelled now; RUNNING ones are asked to stop (services.cancel decides).
+        # PENDING and WAITING ones (a workflow's member, a job waiting for an event) are cancelled now;
+        # RUNNING ones are asked to stop (services.cancel decides).
         return self._confirm_then(
             request,
             queryset,
             action="cancel_selected",
-            needed=(JobStatus.PENDING, JobStatus.RUNNING),
+            needed=(JobStatus.PENDING, JobStatus.WAITING, JobStatus.RUNNING),
             verb="Cancel",
             act=services.cancel,
         )
@@ -498,7 +499,10 @@ class JobAdmin(ReadOnlyAdmin):
         extra["can_replay"] = bool(job and job.status == JobStatus.DEAD and self.has_replay_permission(request))
         extra["can_cancel"] = bool(
             job
-            and (job.status == JobStatus.PENDING or (job.status == JobStatus.RUNNING and not job.cancel_requested_at))
+            and (
+                job.status in (JobStatus.PENDING, JobStatus.WAITING)
+                or (job.status == JobStatus.RUNNING and not job.cancel_requested_at)
+            )
             and self.has_cancel_permission(request)
         )
         return super().change_view(request, object_id, form_url, extra_context=extra)

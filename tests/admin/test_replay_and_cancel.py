@@ -296,7 +296,7 @@ def test_confirmed_cancel_cancels_pending_jobs_asks_running_ones_to_stop_and_aud
     assert messages_of(response) == [
         "Cancelled 2 job(s).",
         "Asked 1 running job(s) to stop: each ends CANCELLED when its handler stops.",
-        "Skipped 1 job(s) that are not PENDING or RUNNING.",
+        "Skipped 1 job(s) that are not PENDING or WAITING or RUNNING.",
     ]
     for before in pending:
         job = Job.objects.get(pk=before.pk)

@@ -167,3 +167,18 @@ def test_staff_without_replay_job_cannot_replay_from_the_start(perms, tmp_path: 
     assert button.status_code == 403 and asked.status_code == 403 and forged.status_code in (200, 302)
     assert Job.objects.get(pk=job_id).status == JobStatus.DEAD and Step.objects.filter(job_id=job_id).count() == 2
     assert not LogEntry.objects.exists()
+
+
+def test_a_job_waiting_for_an_event_can_be_cancelled_from_its_page_and_the_event_then_wakes_nothing(
+    operator_client: Client, tmp_path: Path
+) -> None:
+    job_id = waiting_for("order-5-paid", tmp_path)
+    cancel_url = f"/admin/reliableq/job/{job_id}/cancel/"
+    assert f'href="{cancel_url}"' in body(operator_client.get(page_url(job_id)))
+
+    done = operator_client.post(cancel_url, {"confirm": "yes"}, follow=True)
+
+    assert messages_of(done) == [f"Job {job_id} cancelled: no worker will run it."]
+    assert Job.objects.get(pk=job_id).status == JobStatus.CANCELLED
+    assert reliableq.emit("order-5-paid").woken == 0
+    assert Job.objects.get(pk=job_id).status == JobStatus.CANCELLED
