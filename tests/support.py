@@ -44,6 +44,29 @@ def late_by(order: list[Any], rounds: int) -> int:
     return worst
 
 
+def turns_left_behind(claims: list[tuple[Any, Any, list[int]]], *, tokens: int) -> list[str]:
+    """The claims that passed over more turns than the claims overlapping them could hold.
+
+    Each claim is (called, returned, ranks): when it began and when it had committed, on one causal
+    clock (a counter, or the start of the same claimer's next claim), and each job's place in turn
+    order. A claim takes the next turns nobody holds; a turn it passed over was held by a claim
+    that overlapped it: taken there, or held as one of its `tokens` and let go. So the turns before
+    a claim's last that went to claims begun after it returned number at most `tokens` per
+    overlapping claim. Load only makes more claims overlap: it loosens the bound, never breaks it.
+    FIFO over a flood leaves dozens of turns behind each early claim.
+    """
+    bad = []
+    for called, returned, ranks in claims:
+        if not ranks:
+            continue
+        last = max(ranks)
+        overlapping = sum(1 for c, r, _ in claims if c < returned and r > called) - 1
+        left = sorted(n for c, _, later in claims if c > returned for n in later if n < last)
+        if len(left) > tokens * overlapping:
+            bad.append(f"claim of turns {sorted(ranks)} left {left} behind, {overlapping} claims overlapping it")
+    return bad
+
+
 class WorkerProcess:
     """A real `manage.py runworker` subprocess with its log in a file."""
 

@@ -27,7 +27,7 @@ from reliableq.options import JobOptions
 from reliableq.queue import ClaimedJob, Finish, db
 from reliableq.registry import Limits
 from reliableq.services import NewJob
-from tests.support import late_by
+from tests.support import late_by, turns_left_behind
 
 from .helpers import spawn
 
@@ -142,17 +142,8 @@ def test_concurrent_claimers_share_the_turns_and_never_take_a_job_twice() -> Non
     ranked = Job.objects.order_by("priority", "fair_seq", "id").values_list("id", "fair_key")
     rank = {pk: n for n, (pk, _) in enumerate(ranked)}
     assert late_by([key for _, key in ranked], rounds=10) == 0  # round n: the flood's n-th, then each tenant's
-    # A claim takes the next turns nobody holds. A turn it passed over was held by a claim overlapping
-    # it: taken there, or held as one of that claim's tokens (at most 2, its limit) and let go. So the
-    # turns before a claim's that were left to claims called after it returned are at most two per
-    # overlapping claim. Load only makes more claims overlap; FIFO over the flood leaves dozens.
-    for called, returned, ids in claims:
-        if not ids:
-            continue
-        last = max(rank[pk] for pk in ids)
-        overlapping = sum(1 for c, r, _ in claims if c < returned and r > called) - 1
-        left = [rank[pk] for c, _, later in claims if c > returned for pk in later if rank[pk] < last]
-        assert len(left) <= 2 * overlapping, (sorted(rank[pk] for pk in ids), sorted(left), overlapping)
+    # Each claim took the next turns nobody held: it left behind only what overlapping claims held.
+    assert turns_left_behind([(c, r, [rank[pk] for pk in ids]) for c, r, ids in claims], tokens=2) == []
 
 
 def test_a_key_alone_takes_every_slot_and_a_newcomer_joins_the_next_round() -> None:
