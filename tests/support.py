@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,6 +43,23 @@ def late_by(order: list[Any], rounds: int) -> int:
             worst = max(worst, highest - seen[key])
         highest = max(highest, seen[key])
     return worst
+
+
+def claims_of_workers(rows: Iterable[tuple[str, Any, int]]) -> list[tuple[Any, Any, list[int]]]:
+    """Claims for turns_left_behind from first attempts' (worker_id, started_at, the job's turn rank).
+
+    A worker's attempts that start together came from one claim (the claim statement's time). A
+    worker claims one claim after another, so its next claim began after this one had committed:
+    a bound on its return that no load can move (its last claim: none).
+    """
+    taken: dict[tuple[str, Any], list[int]] = {}
+    for worker, started, rank in rows:
+        taken.setdefault((worker, started), []).append(rank)
+    never = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+    return [
+        (started, min((s for w, s in taken if w == worker and s > started), default=never), ranks)
+        for (worker, started), ranks in taken.items()
+    ]
 
 
 def turns_left_behind(claims: list[tuple[Any, Any, list[int]]], *, tokens: int) -> list[str]:

@@ -6,20 +6,16 @@ starts its attempts at the claim statement's time) and the job's turn.
 
 from __future__ import annotations
 
-import datetime as dt
-from collections import defaultdict
-
 import pytest
 
 import reliableq
 from reliableq.models import Attempt, Job, JobStatus
-from tests.support import turns_left_behind, wait_until
+from tests.support import claims_of_workers, turns_left_behind, wait_until
 
 from .helpers import max_in_flight
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fair_kinds")]
 FAIR = {"RELIABLEQ_TEST_FAIR": "1"}
-NEVER = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
 
 
 def starts(kind: str) -> list[tuple[str | None, object, object]]:
@@ -28,20 +24,12 @@ def starts(kind: str) -> list[tuple[str | None, object, object]]:
     return list(rows.values_list("job__fair_key", "started_at", "finished_at"))
 
 
-def claims(kind: str) -> list[tuple[dt.datetime, dt.datetime, list[int]]]:
-    """Each claim of `kind`'s first attempts: (its start, the start of its worker's next claim, each
-    job's place in turn order). A worker claims one claim after another, so its next claim began
-    after this one had committed: a bound on its return that no load can move."""
+def claims(kind: str) -> list[tuple[object, object, list[int]]]:
+    """Each claim of `kind`'s first attempts, with each job's place in turn order."""
     ranked = Job.objects.filter(kind=kind).order_by("priority", "fair_seq", "id").values_list("id", flat=True)
     rank = {pk: n for n, pk in enumerate(ranked)}
-    taken: dict[tuple[str, dt.datetime], list[int]] = defaultdict(list)
     rows = Attempt.objects.filter(job__kind=kind, number=1).values_list("worker_id", "started_at", "job_id")
-    for worker, started, job in rows:
-        taken[(worker, started)].append(rank[job])
-    return [
-        (started, min((s for w, s in taken if w == worker and s > started), default=NEVER), ranks)
-        for (worker, started), ranks in taken.items()
-    ]
+    return claims_of_workers((worker, started, rank[job]) for worker, started, job in rows)
 
 
 def test_eight_claimers_in_four_processes_rotate_among_keys_and_keep_every_slot_busy(spawn_worker):
