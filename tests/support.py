@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,6 +43,46 @@ def late_by(order: list[Any], rounds: int) -> int:
             worst = max(worst, highest - seen[key])
         highest = max(highest, seen[key])
     return worst
+
+
+def claims_of_workers(rows: Iterable[tuple[str, Any, int]]) -> list[tuple[Any, Any, list[int]]]:
+    """Claims for turns_left_behind from first attempts' (worker_id, started_at, the job's turn rank).
+
+    A worker's attempts that start together came from one claim (the claim statement's time). A
+    worker claims one claim after another, so its next claim began after this one had committed:
+    a bound on its return that no load can move (its last claim: none).
+    """
+    taken: dict[tuple[str, Any], list[int]] = {}
+    for worker, started, rank in rows:
+        taken.setdefault((worker, started), []).append(rank)
+    never = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+    return [
+        (started, min((s for w, s in taken if w == worker and s > started), default=never), ranks)
+        for (worker, started), ranks in taken.items()
+    ]
+
+
+def turns_left_behind(claims: list[tuple[Any, Any, list[int]]], *, tokens: int) -> list[str]:
+    """The claims that passed over more turns than the claims overlapping them could hold.
+
+    Each claim is (called, returned, ranks): when it began and when it had committed, on one causal
+    clock (a counter, or the start of the same claimer's next claim), and each job's place in turn
+    order. A claim takes the next turns nobody holds; a turn it passed over was held by a claim
+    that overlapped it: taken there, or held as one of its `tokens` and let go. So the turns before
+    a claim's last that went to claims begun after it returned number at most `tokens` per
+    overlapping claim. Load only makes more claims overlap: it loosens the bound, never breaks it.
+    FIFO over a flood leaves dozens of turns behind each early claim.
+    """
+    bad = []
+    for called, returned, ranks in claims:
+        if not ranks:
+            continue
+        last = max(ranks)
+        overlapping = sum(1 for c, r, _ in claims if c < returned and r > called) - 1
+        left = sorted(n for c, _, later in claims if c > returned for n in later if n < last)
+        if len(left) > tokens * overlapping:
+            bad.append(f"claim of turns {sorted(ranks)} left {left} behind, {overlapping} claims overlapping it")
+    return bad
 
 
 class WorkerProcess:

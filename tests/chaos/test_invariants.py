@@ -192,22 +192,23 @@ def test_an_isolated_lease_that_expired_while_its_worker_lived_is_reported(conn:
 
 
 def test_a_fair_key_served_only_after_the_flood_is_reported(conn: psycopg.Connection[Any]) -> None:
-    """FIFO over a flood: the small key's three jobs start after the flood's six, three rounds late."""
+    """FIFO over a flood: one worker's claims, one after another, take the flood's six before the
+    small key's three, whose turns came first: nothing overlapped them to hold those turns."""
 
-    def started(key: str, turn: int, at: float) -> None:
+    def started(key: str, turn: float, at: float) -> None:
         fair = job(conn, status="SUCCEEDED", attempts=1, kind="test.fair")
         conn.execute("UPDATE reliableq_job SET fair_key = %s, fair_seq = %s WHERE id = %s", (key, turn, fair))
-        attempt(conn, fair, 1, "SUCCEEDED", worker=f"w{at}", start=at, end=at + 0.1)
+        attempt(conn, fair, 1, "SUCCEEDED", worker="w1", start=at, end=at + 0.1)
 
     for n in range(6):
         started("flood", n, n)
     for n in range(3):
-        started("small", n, 6 + n)
+        started("small", n + 0.5, 6 + n)
     assert "fair_turns" in names(conn, concurrency=20)
     conn.execute("TRUNCATE reliableq_job CASCADE")
     for n in range(3):  # the same jobs in turn order: flood, small, flood, small...
         started("flood", n, 2 * n)
-        started("small", n, 2 * n + 1)
+        started("small", n + 0.5, 2 * n + 1)
     assert "fair_turns" not in names(conn, concurrency=20)
 
 
