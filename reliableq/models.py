@@ -9,8 +9,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from . import ids
+from .conf import queue_alias
 from .fields import BigIntegerArrayField, IntegerArrayField, UUIDArrayField
-from .queue import db
 
 
 class JobStatus(models.TextChoices):
@@ -62,7 +62,7 @@ class QueueManager(models.Manager[_M]):
 
     def get_queryset(self) -> models.QuerySet[_M]:
         queryset = super().get_queryset()
-        return queryset if self._db is not None else queryset.using(db.alias())
+        return queryset if self._db is not None else queryset.using(queue_alias())
 
 
 class JobQuerySet(models.QuerySet["Job"]):
