@@ -107,6 +107,11 @@ class AppSettings:
 reliableq_settings = AppSettings("RELIABLEQ", DEFAULTS)
 
 
+def queue_alias() -> str:
+    """The alias of the database that holds the queue's tables (read on each call: override_settings)."""
+    return str(reliableq_settings.DATABASE)
+
+
 @receiver(setting_changed)
 def _reload(*, setting: str, **kwargs: Any) -> None:
     found = AppSettings._instances.get(setting)

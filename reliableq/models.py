@@ -10,8 +10,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Now
 
 from . import ids
+from .conf import queue_alias
 from .fields import BigIntegerArrayField, IntegerArrayField, UUIDArrayField
-from .queue import db
 
 
 class JobStatus(models.TextChoices):
@@ -63,7 +63,7 @@ class QueueManager(models.Manager[_M]):
 
     def get_queryset(self) -> models.QuerySet[_M]:
         queryset = super().get_queryset()
-        return queryset if self._db is not None else queryset.using(db.alias())
+        return queryset if self._db is not None else queryset.using(queue_alias())
 
 
 class JobQuerySet(models.QuerySet["Job"]):

@@ -13,21 +13,21 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, models
 
-from .queue import db
+from .conf import queue_alias
 
 APP_LABEL = "reliableq"
 
 
 class QueueRouter:
     def db_for_read(self, model: type[models.Model], **hints: Any) -> str | None:
-        return db.alias() if model._meta.app_label == APP_LABEL else None
+        return queue_alias() if model._meta.app_label == APP_LABEL else None
 
     def db_for_write(self, model: type[models.Model], **hints: Any) -> str | None:
-        return db.alias() if model._meta.app_label == APP_LABEL else None
+        return queue_alias() if model._meta.app_label == APP_LABEL else None
 
     def allow_migrate(self, database: str, app_label: str, model_name: str | None = None, **hints: Any) -> bool | None:
         """The queue's tables on its database only; no other app's on it, unless that is the default database."""
-        queue = db.alias()
+        queue = queue_alias()
         if app_label == APP_LABEL:
             return database == queue
         if database == queue and queue != DEFAULT_DB_ALIAS:

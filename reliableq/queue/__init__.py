@@ -28,52 +28,14 @@ tests/plans holds each statement to fixed bounds in each statistics state.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .claims import claim
-    from .finishes import finish, mark_lost, record_progress, release_unacknowledged, renew
-    from .limits import rate_shards, shard_room
-    from .pick import guard_claims, guard_tables
-    from .records import ClaimedJob, Finish, FinishResult, Rescued, progress_value
-    from .rescues import RESCUE_BATCH, rescue
-    from .sql import DUE_INDEX
-    from .workflows import cascade
-
-# Loaded on first use: the models import .db from this package, and the claim's modules import
-# the models, so importing the package itself must not import them.
-_HOMES = {
-    "claim": "claims",
-    "cascade": "workflows",
-    "finish": "finishes",
-    "mark_lost": "finishes",
-    "record_progress": "finishes",
-    "release_unacknowledged": "finishes",
-    "renew": "finishes",
-    "rate_shards": "limits",
-    "shard_room": "limits",
-    "guard_claims": "pick",
-    "guard_tables": "pick",
-    "ClaimedJob": "records",
-    "Finish": "records",
-    "FinishResult": "records",
-    "Rescued": "records",
-    "progress_value": "records",
-    "RESCUE_BATCH": "rescues",
-    "rescue": "rescues",
-    "DUE_INDEX": "sql",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
-    globals()[name] = value  # found once: the next lookup is a plain attribute
-    return value
-
+from .claims import claim
+from .finishes import finish, mark_lost, record_progress, release_unacknowledged, renew
+from .limits import rate_shards, shard_room
+from .pick import guard_claims, guard_tables
+from .records import ClaimedJob, Finish, FinishResult, Rescued, progress_value
+from .rescues import RESCUE_BATCH, rescue
+from .sql import DUE_INDEX
+from .workflows import cascade
 
 __all__ = [
     "DUE_INDEX",

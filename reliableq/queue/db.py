@@ -17,7 +17,7 @@ from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from ..conf import reliableq_settings
+from ..conf import queue_alias
 
 # What this module relies on beyond Django's documented API, in one place: the attributes of the
 # PostgreSQL backend's connection wrapper and cursor that cursor(), run() and fetch() use, as
@@ -39,7 +39,7 @@ DEADLOCK_DETECTED = "40P01"
 
 def alias() -> str:
     """The alias of the database that holds the queue's tables."""
-    return str(reliableq_settings.DATABASE)
+    return queue_alias()
 
 
 def connection() -> BaseDatabaseWrapper:

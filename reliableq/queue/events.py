@@ -16,10 +16,13 @@ from . import db, door
 from .enqueue import CHANNEL
 from .sql import EVENT, JOB, S
 
-# The advisory lock of an event's name, an SQL expression of the name.
-LOCK = "hashtextextended({name}, 7151)"
 
-_LOCK_SQL = f"SELECT pg_advisory_xact_lock({LOCK.format(name='%s')})"
+def lock_of(name: str) -> str:
+    """SQL: the advisory lock of an event's name, given as an SQL expression (a column, a parameter)."""
+    return f"hashtextextended({name}, 7151)"
+
+
+_LOCK_SQL = f"SELECT pg_advisory_xact_lock({lock_of('%s')})"
 
 _EMIT_SQL = door.statement(
     "emit",

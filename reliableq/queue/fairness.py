@@ -63,16 +63,19 @@ def first_turn_sql(
     False) the key is the kind's jobs that have none; `keyed` None decides by `key`'s value row by
     row. 0 when the class has no due job and the key no waiting one.
     """
-    last = f"""(SELECT k.fair_seq FROM {JOB} k
+
+    def last(test: str) -> str:  # the last turn of the key, whose fair_key passes `test`
+        return f"""(SELECT k.fair_seq FROM {JOB} k
           WHERE k.status = {S.PENDING} AND k.fair_seq IS NOT NULL AND k.queue = {queue} AND k.kind = {kind}
-            AND k.priority = {priority} AND k.fair_key {{}}
+            AND k.priority = {priority} AND k.fair_key {test}
           ORDER BY k.fair_seq DESC LIMIT 1)"""
+
     # The key's own index (reliableq_job_fair_key or _fair_nokey) is the one its predicate names.
     is_key = f"= {key} AND k.fair_key IS NOT NULL"
     if keyed is None:
-        own = f"CASE WHEN {key} IS NULL THEN {last.format('IS NULL')} ELSE {last.format(is_key)} END"
+        own = f"CASE WHEN {key} IS NULL THEN {last('IS NULL')} ELSE {last(is_key)} END"
     else:
-        own = last.format(is_key if keyed else "IS NULL")
+        own = last(is_key if keyed else "IS NULL")
     return f"""GREATEST(
         (SELECT h.fair_seq FROM {JOB} h
           WHERE h.status = {S.PENDING} AND h.fair_seq IS NOT NULL AND h.queue = {queue} AND h.kind = {kind}
@@ -111,6 +114,7 @@ def substituted(main: str, fair: tuple[str, ...], *, per_key: str = "", with_key
     its rows (a saturated concurrency_key). Its parameters follow main's: substituted_params().
     """
     out = "id, concurrency_key" if with_key else "id"
+    spare_out = "m.id, m.concurrency_key" if with_key else "m.id"
     head_key = f", {JOB}.concurrency_key" if with_key else ""
     return f"""
         WITH main AS MATERIALIZED ({main}),
@@ -134,7 +138,7 @@ def substituted(main: str, fair: tuple[str, ...], *, per_key: str = "", with_key
               FROM need n
         ),
         spare AS (
-            SELECT m.{out.replace(", ", ", m.")} FROM (
+            SELECT {spare_out} FROM (
                 SELECT m.*, row_number() OVER (PARTITION BY m.queue, m.kind ORDER BY m.priority, m.run_at, m.id) AS rn
                   FROM main m
                  WHERE m.kind = ANY(%s::text[]) AND m.fair_seq IS NOT NULL

@@ -14,7 +14,7 @@ from .. import faults
 from ..conf import reliableq_settings
 from ..models import JobStatus, Outcome, StepKind
 from . import db, door
-from .events import LOCK
+from .events import lock_of
 from .records import Finish, FinishResult
 from .sql import ATTEMPT, EVENT, JOB, RETURN_VALUE, RUNNING_FENCE, STEP, S, attempts_of
 
@@ -168,33 +168,38 @@ def _store_returns(finishes: Sequence[Finish]) -> None:
         )
 
 
+# The run_at of a job that waits for an event with no timeout: the latest time Python can read back.
+NEVER = "'9999-12-31 00:00:00+00'::timestamptz"
+
+
 # What a finish row becomes. A retry or a snooze (PENDING) of a job an operator asked to cancel ends
 # CANCELLED; so does a park (WAITING: job.wait_for). A park becomes WAITING only where it holds the
 # event's lock (v.locked, taken in a statement of its own before: reliableq.queue.events) and the event
 # is not there; else PENDING: at once (the event is there), or in a second (an emit held the lock).
-_PARKS = """
-               status = CASE WHEN v.status IN ({pending}, {waiting}) AND j.cancel_requested_at IS NOT NULL
-                             THEN {cancelled}
-                             WHEN v.status <> {waiting} THEN v.status
-                             WHEN v.locked AND NOT EXISTS (SELECT 1 FROM {event} e WHERE e.name = v.wait) THEN {waiting}
-                             ELSE {pending} END,
+_PARKS = f"""
+               status = CASE WHEN v.status IN ({S.PENDING}, {S.WAITING}) AND j.cancel_requested_at IS NOT NULL
+                             THEN {S.CANCELLED}
+                             WHEN v.status <> {S.WAITING} THEN v.status
+                             WHEN v.locked AND NOT EXISTS (SELECT 1 FROM {EVENT} e WHERE e.name = v.wait)
+                             THEN {S.WAITING}
+                             ELSE {S.PENDING} END,
                run_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN j.run_at
-                             WHEN v.status = {pending} THEN now() + make_interval(secs => v.delay)
-                             WHEN v.status <> {waiting} THEN j.run_at
+                             WHEN v.status = {S.PENDING} THEN now() + make_interval(secs => v.delay)
+                             WHEN v.status <> {S.WAITING} THEN j.run_at
                              WHEN NOT v.locked THEN now() + interval '1 second'
-                             WHEN EXISTS (SELECT 1 FROM {event} e WHERE e.name = v.wait) THEN now()
-                             WHEN v.delay < 0 THEN {never}
+                             WHEN EXISTS (SELECT 1 FROM {EVENT} e WHERE e.name = v.wait) THEN now()
+                             WHEN v.delay < 0 THEN {NEVER}
                              ELSE now() + make_interval(secs => v.delay) END,
-               waiting_for = CASE WHEN v.status = {waiting} AND j.cancel_requested_at IS NULL AND v.locked
-                                   AND NOT EXISTS (SELECT 1 FROM {event} e WHERE e.name = v.wait) THEN v.wait END,
-               finished_at = CASE WHEN v.status IN ({pending}, {waiting}) AND j.cancel_requested_at IS NULL
+               waiting_for = CASE WHEN v.status = {S.WAITING} AND j.cancel_requested_at IS NULL AND v.locked
+                                   AND NOT EXISTS (SELECT 1 FROM {EVENT} e WHERE e.name = v.wait) THEN v.wait END,
+               finished_at = CASE WHEN v.status IN ({S.PENDING}, {S.WAITING}) AND j.cancel_requested_at IS NULL
                                   THEN NULL ELSE now() END,"""
-_PLAIN = """
-               status = CASE WHEN v.status = {pending} AND j.cancel_requested_at IS NOT NULL
-                             THEN {cancelled} ELSE v.status END,
-               run_at = CASE WHEN v.status = {pending} AND j.cancel_requested_at IS NULL
+_PLAIN = f"""
+               status = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NOT NULL
+                             THEN {S.CANCELLED} ELSE v.status END,
+               run_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
                              THEN now() + make_interval(secs => v.delay) ELSE j.run_at END,
-               finished_at = CASE WHEN v.status = {pending} AND j.cancel_requested_at IS NULL
+               finished_at = CASE WHEN v.status = {S.PENDING} AND j.cancel_requested_at IS NULL
                                   THEN NULL ELSE now() END,"""
 
 
@@ -206,8 +211,7 @@ def _finish_sql(members: bool, parks: bool = False, progress: bool = False) -> s
 
     Each attempt takes its values from `closing` by a subquery, not by a join: a join to the
     attempts could be planned as a scan of them for each row of `closing`."""
-    literals = {"pending": S.PENDING, "waiting": S.WAITING, "cancelled": S.CANCELLED, "event": EVENT, "never": NEVER}
-    sets = (_PARKS if parks else _PLAIN).format(**literals)
+    sets = _PARKS if parks else _PLAIN
     waits = ", r ->> 7 AS wait, (r ->> 8)::bool AS locked" if parks else ""
     if progress:  # the row's last element: a report, or JSON null for a job that made none
         waits += f", NULLIF(r -> {9 if parks else 7}, 'null'::jsonb) AS progress"
@@ -266,15 +270,11 @@ def _finish_sql(members: bool, parks: bool = False, progress: bool = False) -> s
     )
 
 
-# The run_at of a job that waits for an event with no timeout: the latest time Python can read back.
-NEVER = "'9999-12-31 00:00:00+00'::timestamptz"
-
-
 # Which of these events' locks this transaction holds now, taken without waiting (an emit in flight
 # holds its event's lock until its transaction ends: the park then looks again a second later).
 _PARK_LOCKS_SQL = f"""
     SELECT name FROM unnest(%s::text[]) AS name
-     WHERE pg_try_advisory_xact_lock({LOCK.format(name="name")})
+     WHERE pg_try_advisory_xact_lock({lock_of("name")})
 """
 
 

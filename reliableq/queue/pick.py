@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
@@ -41,6 +41,44 @@ def guard_claims(queues: Sequence[str], limit: int = 10, fair: Sequence[str] = (
     if planguard.keep_index(*picked_sql(tuple(queues), limit, (), None), table=JOB, index=DUE_INDEX) or not fair:
         return
     planguard.keep_index(fairness.heads_sql(limit), (queues[0], fair[0]), table=JOB, index=fairness.FAIR_DUE_INDEX)
+
+
+class ClaimRow(NamedTuple):
+    """A row of the claim statement, by name: _CLAIM_COLUMNS gives each field its expression, in order."""
+
+    id: uuid.UUID
+    kind: str
+    queue: str
+    priority: int
+    payload: Any  # JSON as text, or as decoded by the driver
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    snoozes: int
+    concurrency_key: str | None
+    claimed_epoch: float  # the claim's database time, in seconds since the epoch
+    run_at_utc: str  # ISO 8601 in UTC, ending in +00:00
+    trace_context: Any
+    workflow_id: uuid.UUID | None
+    member_name: str | None
+    upstream: Any  # [[name, value], ...] for a member that runs on upstream failure, else None
+
+
+# Each ClaimRow field's expression over `moved`, so a column cannot move without its name. Times come
+# as a float (the claim's, on every row, read once) and as text in UTC (run_at): a timestamptz costs
+# Django's time-zone loader per value, several times what the job's own work does.
+_CLAIM_COLUMNS = {
+    "id": "id", "kind": "kind", "queue": "queue", "priority": "priority", "payload": "payload",
+    "attempt": "attempts", "max_attempts": "max_attempts", "lease_token": "lease_token", "snoozes": "snoozes",
+    "concurrency_key": "concurrency_key",
+    "claimed_epoch": "extract(epoch FROM statement_timestamp())::float8",
+    "run_at_utc": """to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')""",
+    "trace_context": "trace_context", "workflow_id": "workflow_id", "member_name": "member_name",
+    "upstream": f"CASE WHEN on_upstream_failure <> '' THEN {functions.UPSTREAM}(id) END",
+}  # fmt: skip
+if tuple(_CLAIM_COLUMNS) != ClaimRow._fields:
+    raise AssertionError("_CLAIM_COLUMNS must name ClaimRow's fields, in order")
+_CLAIM_SELECT = ", ".join(f"{expression} AS {name}" for name, expression in _CLAIM_COLUMNS.items())
 
 
 def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
@@ -79,13 +117,9 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
                 SELECT id, attempts, %s, lease_token, statement_timestamp(), {S.RUNNING}, '' FROM moved
             )
-            SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token, snoozes, concurrency_key,
-                   extract(epoch FROM statement_timestamp())::float8,
-                   to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
-                   trace_context, workflow_id, member_name,
-                   CASE WHEN on_upstream_failure <> '' THEN {functions.UPSTREAM}(id) END
+            SELECT {_CLAIM_SELECT}
               FROM moved
-             ORDER BY priority, run_at, id""",
+             ORDER BY moved.priority, moved.run_at, moved.id""",
     )
 
 
@@ -231,30 +265,29 @@ def run_claim(
     """Run a claim statement; return the jobs it took and its database time (None if it took none)."""
     sql, picked_params = statement
     rows = db.fetch(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
+    claimed = [ClaimRow._make(row) for row in rows]
     jobs = [
         _claimed(
-            id=row[0],
-            kind=row[1],
-            queue=row[2],
-            priority=row[3],
-            payload={} if row[4] == "{}" else json_value(row[4]),  # the common empty payload, without a parse
-            attempt=row[5],
-            max_attempts=row[6],
-            lease_token=row[7],
+            id=row.id,
+            kind=row.kind,
+            queue=row.queue,
+            priority=row.priority,
+            payload={} if row.payload == "{}" else json_value(row.payload),  # the common empty payload, no parse
+            attempt=row.attempt,
+            max_attempts=row.max_attempts,
+            lease_token=row.lease_token,
             worker_id=worker_id,
-            snoozes=row[8],
-            concurrency_key=row[9],
-            run_at=dt.datetime.fromisoformat(row[11]),  # aware: the text ends in +00:00
-            trace_context=json_value(row[12]) if row[12] is not None else None,
-            workflow_id=row[13],
-            member_name=row[14],
-            upstream={} if row[15] is None else _upstream(row[15]),
+            snoozes=row.snoozes,
+            concurrency_key=row.concurrency_key,
+            run_at=dt.datetime.fromisoformat(row.run_at_utc),  # aware: the text ends in +00:00
+            trace_context=json_value(row.trace_context) if row.trace_context is not None else None,
+            workflow_id=row.workflow_id,
+            member_name=row.member_name,
+            upstream={} if row.upstream is None else _upstream(row.upstream),
         )
-        for row in rows
+        for row in claimed
     ]
-    # Times come as a float (the claim's, on every row, read once) and as text in UTC (run_at): a
-    # timestamptz costs Django's time-zone loader per value, several times what the job's own work does.
-    return jobs, dt.datetime.fromtimestamp(rows[0][10], dt.timezone.utc) if rows else None
+    return jobs, dt.datetime.fromtimestamp(claimed[0].claimed_epoch, dt.timezone.utc) if claimed else None
 
 
 def _upstream(pairs: Any) -> dict[str, Any]:

@@ -152,6 +152,21 @@ def delete_batches(
 PURGED = "Purged: cancelled by an operator with reliableq_queue purge."
 
 
+_PENDING_OF_QUEUE = f"SELECT id FROM {JOB} WHERE status = {S.PENDING} AND queue = %s"
+# A workflow's members are not deleted: their ends release others and are counted.
+_MEMBERS_KEPT = f"{_PENDING_OF_QUEUE} AND workflow_id IS NULL LIMIT %s FOR UPDATE SKIP LOCKED"
+# A batch of a queue's PENDING jobs cancelled (parameters: queue, batch size, the error to record).
+PURGE_SQL = door.statement(
+    "purge",
+    head=f"batch AS MATERIALIZED ({_PENDING_OF_QUEUE} LIMIT %s FOR UPDATE SKIP LOCKED),",
+    moved=f"""UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(), last_error = %s
+                WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = {S.PENDING}
+            RETURNING j.id, j.status, j.workflow_id""",
+    change=door.Change.ENDED,
+    tail=f"SELECT id, {door.recheck()} FROM moved",
+)
+
+
 def purge(
     queue: str,
     *,
@@ -169,29 +184,16 @@ def purge(
     rules.queue_name(queue)
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
-    pending = f"SELECT id FROM {JOB} WHERE status = {S.PENDING} AND queue = %s"
     if dry_run:
         with db.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM ({pending}) p", [queue])
+            cursor.execute(f"SELECT count(*) FROM ({_PENDING_OF_QUEUE}) p", [queue])
             return int(cursor.fetchone()[0])
-    batch_sql = f"{pending} LIMIT %s FOR UPDATE SKIP LOCKED"
     if delete:
-        # A workflow's members are not deleted: their ends release others and are counted.
-        members_kept = f"{pending} AND workflow_id IS NULL LIMIT %s FOR UPDATE SKIP LOCKED"
-        return delete_batches(members_kept, [queue, batch_size], batch_size=batch_size, progress=progress)
-    purge_sql = door.statement(
-        "purge",
-        head=f"batch AS MATERIALIZED ({batch_sql}),",
-        moved=f"""UPDATE {JOB} j SET status = {S.CANCELLED}, finished_at = now(), updated_at = now(), last_error = %s
-                    WHERE j.id = ANY(ARRAY(SELECT id FROM batch)) AND j.status = {S.PENDING}
-                RETURNING j.id, j.status, j.workflow_id""",
-        change=door.Change.ENDED,
-        tail=f"SELECT id, {door.recheck()} FROM moved",
-    )
+        return delete_batches(_MEMBERS_KEPT, [queue, batch_size], batch_size=batch_size, progress=progress)
     total = 0
     while True:
         with db.atomic(), db.cursor() as cursor:
-            done = len(door.run(cursor, purge_sql, [queue, batch_size, PURGED]))
+            done = len(door.run(cursor, PURGE_SQL, [queue, batch_size, PURGED]))
         total += done
         if progress is not None:
             progress(done)

@@ -180,11 +180,14 @@ class QueueSummary:
     oldest_due_age_seconds: float  # how long its oldest due PENDING job has waited past run_at (0: none)
 
 
-def paused_queues() -> set[str]:
-    """The queues paused now, by database time."""
-    from ..services import paused_queues as paused
-
-    return paused()
+def paused_queues(queues: Sequence[str] | None = None) -> set[str]:
+    """The queues paused now, by database time (of `queues`, or all)."""
+    found = QueueState.objects.filter(paused_at__isnull=False).filter(
+        Q(paused_until__isnull=True) | Q(paused_until__gt=Now())
+    )
+    if queues is not None:
+        found = found.filter(name__in=list(queues))
+    return set(found.values_list("name", flat=True))
 
 
 def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:

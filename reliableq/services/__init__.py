@@ -11,6 +11,7 @@ from ..errors import InvalidJob, WrongStatus
 from ..options import JobOptions
 from ..queue.enqueue import CHANNEL
 from ..queue.prune import PURGED, RETENTION_BATCH, RETENTION_BUDGET_SECONDS, Retained, prune, purge, retain
+from ..queue.stats import paused_queues
 from .actions import (
     CANCEL_REQUESTED,
     CANCELLED,
@@ -37,7 +38,7 @@ from .enqueueing import (
     submit_many,
     submitter_fair_key,
 )
-from .reads import has_work, paused_queues
+from .reads import has_work
 
 __all__ = [
     "BATCH_UNIQUE_KEY",

@@ -24,7 +24,21 @@ from ..queue.fairness import Turn, turn_for
 
 # fair_seq is decided by the INSERT (a fair job's turn): left out, it is read from the row if asked for.
 _ATTNAMES = [f.attname for f in Job._meta.concrete_fields if f.attname != "fair_seq"]
-_ALONE = {"workflow_id": None, "member_name": None, "on_upstream_failure": ""}  # a job of no workflow
+# The columns of a job just inserted that no caller chooses: a new job is PENDING, unleased, unfinished,
+# of no workflow.
+_NEW = {
+    "status": str(JobStatus.PENDING), "attempts": 0, "lease_token": None, "lease_expires_at": None,
+    "worker_id": "", "last_error": "", "snoozes": 0, "cancel_requested_at": None, "progress": None,
+    "waiting_for": None, "finished_at": None, "workflow_id": None, "member_name": None, "on_upstream_failure": "",
+}  # fmt: skip
+
+
+def stored_job(**chosen: Any) -> Job:
+    """The Job an INSERT of one row just stored, as a read of the row would give it, with no read:
+    `chosen` is every column the insert set or the database decided (the others are _NEW's)."""
+    values = {**_NEW, **chosen}
+    job: Job = Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES])
+    return job
 
 
 def default_max_attempts(kind: str) -> int:
@@ -113,37 +127,12 @@ def submit(
     # Only what the database decided comes back (its times); the rest is what was just inserted,
     # the payload decoded from the JSON that was stored, as a read of the row would give it.
     stored_run_at, created_at, updated_at, _ = row
-    values = {
-        "id": job_id,
-        "kind": kind,
-        "queue": queue,
-        "priority": priority,
-        "payload": json.loads(encoded),
-        "status": str(JobStatus.PENDING),
-        "attempts": 0,
-        "max_attempts": budget,
-        "run_at": stored_run_at,
-        "lease_token": None,
-        "lease_expires_at": None,
-        "worker_id": "",
-        "last_error": "",
-        "dedupe_key": dedupe_key,
-        "dedupe_scope": scope,
-        "submitted_by": submitter,
-        "concurrency_key": o.concurrency_key,
-        "fair_key": o.fair_key,
-        "unique_key": unique_key,
-        "snoozes": 0,
-        "cancel_requested_at": None,
-        "trace_context": trace_context,
-        "progress": None,
-        "waiting_for": None,
-        "created_at": created_at,
-        "updated_at": updated_at,
-        "finished_at": None,
-        **_ALONE,
-    }
-    return Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]), True
+    return stored_job(
+        id=job_id, kind=kind, queue=queue, priority=priority, payload=json.loads(encoded), max_attempts=budget,
+        run_at=stored_run_at, dedupe_key=dedupe_key, dedupe_scope=scope, submitted_by=submitter,
+        concurrency_key=o.concurrency_key, fair_key=o.fair_key, unique_key=unique_key, trace_context=trace_context,
+        created_at=created_at, updated_at=updated_at,
+    ), True  # fmt: skip
 
 
 def _insert_one(
@@ -386,19 +375,10 @@ def _batch_row(index: int, new: NewJob) -> tuple[Any, ...]:
     o = new.options
     if o.unique_key is not None:
         raise InvalidJob(f"job {index}: {BATCH_UNIQUE_KEY}", field=f"jobs[{index}].unique_key")
-    budget = _budget(handler, o.max_attempts)
-    encoded = new.encoded
     try:
-        if encoded is None:
-            rules.max_attempts(budget)
-            rules.queue_name(o.queue)
-            rules.priority(o.priority)
-            rules.run_at(o.run_at)
-            encoded = rules.payload(new.payload)
-        if o.concurrency_key is not None:
-            _check_concurrency_key(handler, o.concurrency_key)
-        if o.fair_key is not None:
-            _check_fair_key(handler, o.fair_key)
+        # The batch's one key is submit_many's: a job's own dedupe_key is not used, so not checked.
+        checked = o if o.dedupe_key is None else dataclasses.replace(o, dedupe_key=None)
+        budget, encoded = _checked(new.kind, new.payload, checked, encoded=new.encoded)
     except InvalidJob as exc:
         raise type(exc)(f"job {index}: {exc}", field=f"jobs[{index}].{exc.field}") from None
     stride = turn_for(o.fair_key).stride if handler.fair else None
@@ -446,20 +426,16 @@ def _insert_many(
     for index, (new, (job_id, kind, queue, priority, encoded, budget, _, ckey, fair_key, _)) in enumerate(
         zip(jobs, rows, strict=True)
     ):
-        values = {
-            "id": job_id, "kind": kind, "queue": queue, "priority": priority,
-            # What a read of the row would give: the checked payload is plain JSON already.
-            "payload": new.payload if new.encoded is not None else json.loads(encoded),
-            "status": str(JobStatus.PENDING), "attempts": 0, "max_attempts": budget,
-            "run_at": later.get(job_id, now), "lease_token": None, "lease_expires_at": None, "worker_id": "",
-            "last_error": "", "dedupe_key": key if index == 0 else None,
-            "dedupe_scope": scope, "submitted_by": submitter,
-            "concurrency_key": ckey, "fair_key": fair_key, "unique_key": None, "snoozes": 0,
-            "cancel_requested_at": None,
-            "trace_context": trace_context, "progress": None, "waiting_for": None,
-            "created_at": now, "updated_at": now, "finished_at": None, **_ALONE,
-        }  # fmt: skip
-        made.append(Job.from_db(db.alias(), _ATTNAMES, [values[name] for name in _ATTNAMES]))
+        made.append(
+            stored_job(
+                id=job_id, kind=kind, queue=queue, priority=priority,
+                # What a read of the row would give: the checked payload is plain JSON already.
+                payload=new.payload if new.encoded is not None else json.loads(encoded),
+                max_attempts=budget, run_at=later.get(job_id, now), dedupe_key=key if index == 0 else None,
+                dedupe_scope=scope, submitted_by=submitter, concurrency_key=ckey, fair_key=fair_key,
+                unique_key=None, trace_context=trace_context, created_at=now, updated_at=now,
+            )
+        )  # fmt: skip
     _announce([(job.id, job.kind, job.queue) for job in made])
     return made
 

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from django.db.models import Q
-from django.db.models.functions import Now
-
-from ..models import Job, JobStatus, QueueState
+from ..models import Job, JobStatus
+from ..queue.stats import paused_queues
 
 
 def has_work(queues: list[str] | tuple[str, ...]) -> bool:
@@ -17,13 +13,3 @@ def has_work(queues: list[str] | tuple[str, ...]) -> bool:
     return Job.objects.in_queues([q for q in queues if q not in paused]).unsettled().exists() or (
         bool(paused) and Job.objects.in_queues(list(paused)).filter(status=JobStatus.RUNNING).exists()
     )
-
-
-def paused_queues(queues: Sequence[str] | None = None) -> set[str]:
-    """The queues paused now, by database time (of `queues`, or all)."""
-    found = QueueState.objects.filter(paused_at__isnull=False).filter(
-        Q(paused_until__isnull=True) | Q(paused_until__gt=Now())
-    )
-    if queues is not None:
-        found = found.filter(name__in=list(queues))
-    return set(found.values_list("name", flat=True))

@@ -41,7 +41,7 @@ def main(fd: int) -> None:
     from ..models import Outcome
     from ..queue import ClaimedJob
     from . import executor
-    from .pool import _drop_broken_connections
+    from .handler_connections import drop_broken_connections
 
     conn = Connection(fd)
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -88,7 +88,7 @@ def main(fd: int) -> None:
         finally:
             if current.get("job") is job:
                 current.pop("job", None)
-            _drop_broken_connections()
+            drop_broken_connections()
         try:
             conn.send(("done", result.finish, result.seconds, resident_mb()))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:

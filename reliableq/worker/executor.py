@@ -169,9 +169,9 @@ async def _drop_broken_async_connections() -> None:
     failover every later attempt's query there would fail on the dead connection."""
     from asgiref.sync import sync_to_async
 
-    from .pool import _drop_broken_connections
+    from .handler_connections import drop_broken_connections
 
-    await sync_to_async(_drop_broken_connections, thread_sensitive=True)()
+    await sync_to_async(drop_broken_connections, thread_sensitive=True)()
 
 
 def _failed_in(span: Any, job: ClaimedJob, exc: Exception, started: float) -> Result:

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
-from django.db.backends.signals import connection_created
 
-from .. import outage, registry
+from .. import registry
 from ..queue import ClaimedJob
 from . import executor
 from .aio import EventLoop
 from .children import Children
+from .handler_connections import drop_broken_connections
 
 logger = logging.getLogger("reliableq.worker")
 
@@ -140,7 +140,7 @@ class Pool:
                 logger.exception("job=%s attempt=%s executor crashed", job.id, job.attempt)
                 outcome = (job, exc)
             finally:
-                _drop_broken_connections()
+                drop_broken_connections()
             self._deliver(job, outcome)
             with self._lock:
                 if self._idle >= self.size:  # a thread back from being stuck, with enough idle ones
@@ -167,34 +167,3 @@ class Pool:
             self._loop.close()
         self.children.close()
         connections.close_all()
-
-
-_opened = threading.local()  # .connections: alias -> the wrapper this thread connected through
-
-
-def _connected(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """connection_created, in the thread that connected: remember the wrapper for that thread."""
-    known = getattr(_opened, "connections", None)
-    if known is None:
-        known = _opened.connections = {}
-    known[connection.alias] = connection
-
-
-connection_created.connect(_connected, dispatch_uid="reliableq.worker.pool")
-
-
-def _drop_broken_connections() -> None:
-    """Close this thread's connections that a handler left unusable (or that a failed statement found
-    on a read-only standby, where the next handler would fail the same way); keep healthy ones open.
-
-    (close_old_connections() would also close healthy ones when CONN_MAX_AGE is 0, and
-    reconnecting for every job is the slowest thing a handler thread could do.) Only the
-    connections this thread has opened are looked at: asking Django for all of them, alias by
-    alias through its per-thread storage, cost more than a no-op job's own run.
-    """
-    opened = getattr(_opened, "connections", None)
-    if not opened:  # a handler that never touched a database: most no-op and I/O jobs
-        return
-    for conn in opened.values():
-        if conn.connection is not None and conn.errors_occurred and (not conn.is_usable() or outage.on_standby(conn)):
-            conn.close()

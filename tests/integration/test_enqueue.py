@@ -256,3 +256,20 @@ def test_every_way_of_making_a_job_gives_it_a_time_ordered_id() -> None:
     ]
 
     assert [job.id.version for job in made] == [7] * len(made)
+
+
+@pytest.mark.django_db
+def test_the_job_enqueue_and_a_batch_hand_back_is_what_a_read_of_its_row_gives() -> None:
+    """The returned Job is built from the insert, not read: every column (services.stored_job) must match."""
+    from django.forms.models import model_to_dict
+
+    from reliableq.services import NewJob, submit_many
+
+    def columns(job: Job) -> dict[str, object]:
+        values = model_to_dict(job, fields=[f.name for f in Job._meta.concrete_fields if f.name != "fair_seq"])
+        return {**values, "id": job.pk, "created_at": job.created_at, "updated_at": job.updated_at}
+
+    one = enqueue("test.flaky", {"failures": 1}, queue="mail", priority=2, dedupe_key="read-me")
+    made, _ = submit_many([NewJob(kind="test.flaky", payload={"n": n}) for n in range(2)], key="batch-read-me")
+    for job in [one, *made]:
+        assert columns(job) == columns(Job.objects.get(pk=job.pk))

@@ -17,7 +17,7 @@ from django.db import DatabaseError, connection
 
 from reliableq.models import Outcome
 from reliableq.queue import ClaimedJob
-from reliableq.worker import executor, pool
+from reliableq.worker import executor, handler_connections
 from testproject import dburl
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,7 +37,7 @@ def test_a_connection_a_handler_broke_is_closed_and_a_healthy_one_kept() -> None
         with connection.cursor() as cursor:  # the first job: connects, and leaves it healthy
             cursor.execute("SELECT pg_backend_pid()")
             first_pid = cursor.fetchone()[0]
-        pool._drop_broken_connections()
+        handler_connections.drop_broken_connections()
         kept = connection.connection is not None
         with psycopg.connect(dburl.build(connection.settings_dict), autocommit=True) as other:
             other.execute("SELECT pg_terminate_backend(%s)", (first_pid,))
@@ -46,7 +46,7 @@ def test_a_connection_a_handler_broke_is_closed_and_a_healthy_one_kept() -> None
                 cursor.execute("SELECT 1")
         except DatabaseError:
             pass
-        pool._drop_broken_connections()
+        handler_connections.drop_broken_connections()
         closed = connection.connection is None
         with connection.cursor() as cursor:  # the third job on this thread connects afresh
             cursor.execute("SELECT pg_backend_pid()")

@@ -47,3 +47,14 @@ def test_statuses_reach_sql_only_as_the_models_values():
         sql.lit("RUNING")
     with pytest.raises(AttributeError):
         _ = sql.S.RUNING
+
+
+@pytest.mark.django_db
+def test_the_claims_columns_are_named_as_the_claim_row_reads_them():
+    """The claim's rows are read by name (pick.ClaimRow): its select list names each column so."""
+    from reliableq.queue import db
+
+    statement, params = pick.take_sql(("default",), 5, (), None)
+    with db.cursor() as cursor:
+        cursor.execute(statement, (*params, 30.0, "w-names", "w-names"))  # no due job: no row, the columns
+        assert tuple(column.name for column in cursor.description) == pick.ClaimRow._fields
