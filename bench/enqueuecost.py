@@ -94,10 +94,10 @@ def _run(system: Any, mode: str, seconds: float) -> float:
     return n / wall
 
 
-def rates(reps: int, seconds: float) -> dict[tuple[str, str], list[float]]:
+def rates(reps: int, seconds: float, *, keyed: bool = True) -> dict[tuple[str, str], list[float]]:
     systems = _systems()
     points = [(s, m) for m in ("one", "atomic", "bulk") for s in systems if m != "bulk" or s.has_bulk]
-    points += [(systems[0], m) for m in KEYED]
+    points += [(systems[0], m) for m in KEYED if keyed]
     got: dict[tuple[str, str], list[float]] = {(s.name, m): [] for s, m in points}
     for rep in range(reps):
         shift = rep % len(points)  # rotate, so that no path always runs first or last
@@ -140,13 +140,13 @@ def _calls(path: str) -> Callable[[int], object]:
 STATEMENT_PATHS = ("enqueue", "enqueue atomic", "enqueue_many 1000", "create", *KEYED)
 
 
-def statements(calls: int) -> dict[str, float]:
+def statements(calls: int, *, keyed: bool = True) -> dict[str, float]:
     from django.db import connection
 
     from .systems import ReliableQ
 
     counted: dict[str, float] = {}
-    for path in STATEMENT_PATHS:
+    for path in [p for p in STATEMENT_PATHS if keyed or p not in KEYED]:
         ReliableQ().reset()
         call = _calls(path)
         call(-1)  # the key's first job, for the paths that find it
@@ -209,14 +209,14 @@ def _instructions(path: str, count: int) -> int:
     return int(found.group(1))
 
 
-def instructions(calls: int) -> dict[str, float]:
+def instructions(calls: int, paths: tuple[str, ...] = INSTRUCTION_PATHS) -> dict[str, float]:
     from .systems import ReliableQ
 
-    runs = [(path, count) for path in INSTRUCTION_PATHS for count in (WARM, WARM + calls)]
+    runs = [(path, count) for path in paths for count in (WARM, WARM + calls)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         counted = dict(zip(runs, pool.map(lambda run: _instructions(*run), runs), strict=True))
     ReliableQ().reset()
-    return {path: (counted[(path, WARM + calls)] - counted[(path, WARM)]) / calls for path in INSTRUCTION_PATHS}
+    return {path: (counted[(path, WARM + calls)] - counted[(path, WARM)]) / calls for path in paths}
 
 
 def _span(values: list[float]) -> str:
@@ -230,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per statements / profile run")
     parser.add_argument("--instruction-calls", type=int, default=200)
     parser.add_argument("--only", default="rates,statements,profile,instructions")
+    parser.add_argument(
+        "--plain", action="store_true", help="leave out the keyed paths (unique_key, debounce): a tree without debounce"
+    )
+    parser.add_argument("--instruction-paths", default=",".join(INSTRUCTION_PATHS))
     parser.add_argument("--inner", nargs=2, metavar=("PATH", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inner:
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     only = {word.strip() for word in args.only.split(",") if word.strip()}
     _setup(migrate=True)
     if "rates" in only:
-        got = rates(args.reps, args.seconds)
+        got = rates(args.reps, args.seconds, keyed=not args.plain)
         print(f"\nCommitted jobs/s, median (min-max) of {args.reps} repetitions of {args.seconds:g} s\n")
         print("| system | path | jobs/s | every repetition |")
         print("| --- | --- | ---: | --- |")
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nStatements per call (execute_wrapper, {args.calls} calls)\n")
         print("| path | statements per call |")
         print("| --- | ---: |")
-        for path, per in statements(args.calls).items():
+        for path, per in statements(args.calls, keyed=not args.plain).items():
             print(f"| {path} | {per:.2f} |")
     if "profile" in only:
         print(f"\ncProfile, {args.calls} enqueue calls, one per transaction.atomic() block\n")
@@ -257,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         if not shutil.which("valgrind"):
             print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
             return 2
-        counts = instructions(args.instruction_calls)
+        chosen = [p.strip() for p in args.instruction_paths.split(",") if p.strip()]
+        paths = tuple(p for p in chosen if not (args.plain and p in KEYED))
+        counts = instructions(args.instruction_calls, paths)
         print(f"\nInstructions per call (callgrind, {args.instruction_calls} calls after {WARM}; Python's side only)\n")
         print("| path | instructions per call |")
         print("| --- | ---: |")

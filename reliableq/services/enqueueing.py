@@ -104,10 +104,11 @@ def submit(
     finishes between the conflict and the read, the insert is tried again. A submitter's job of a
     fair kind takes the submitter as its fair_key (submitter_fair_key).
     """
+    handler = registry.get(kind)  # once: UnknownKind if no app registered it
     o = submitter_fair_key(kind, options or JobOptions(), submitted_by)
     queue, priority, dedupe_key, unique_key = o.queue, o.priority, o.dedupe_key, o.unique_key
-    budget, encoded = _checked(kind, payload, o, encoded=encoded)
-    turn = _turn(kind, o.fair_key)
+    budget, encoded = _checked(kind, payload, o, encoded=encoded, handler=handler)
+    turn = turn_for(o.fair_key) if handler.fair else None
     scope = dedupe_scope(submitted_by)
     submitter = "" if submitted_by is None else submitted_by.get_username()
     bound = pending_bound(submitted_by)
@@ -243,13 +244,19 @@ def check_job(kind: str, payload: dict[str, Any] | None, options: JobOptions) ->
 
 
 def _checked(
-    kind: str, payload: dict[str, Any] | None, options: JobOptions, *, encoded: str | None = None
+    kind: str,
+    payload: dict[str, Any] | None,
+    options: JobOptions,
+    *,
+    encoded: str | None = None,
+    handler: registry.Handler | None = None,
 ) -> tuple[int, str]:
     """Apply the rules to one job: its attempt budget, and its payload as the JSON to store.
 
     With `encoded` (the API's parser applied the rules to the queue, priority, run_at and
     payload already), those are not checked twice."""
-    handler = registry.get(kind)  # UnknownKind if no app registered it
+    if handler is None:
+        handler = registry.get(kind)  # UnknownKind if no app registered it
     budget = _budget(handler, options.max_attempts)
     rules.max_attempts(budget)
     if encoded is None:
