@@ -161,6 +161,7 @@ def submit(
         "fair_key": o.fair_key,
         "unique_key": unique_key,
         "snoozes": 0,
+        "replayed_at_attempt": 0,
         "cancel_requested_at": None,
         "trace_context": trace_context,
         "progress": None,
@@ -450,7 +451,7 @@ def _insert_many(
             "last_error": "", "dedupe_key": key if index == 0 else None,
             "dedupe_scope": scope, "submitted_by": submitter,
             "concurrency_key": ckey, "fair_key": fair_key, "unique_key": None, "snoozes": 0,
-            "cancel_requested_at": None,
+            "replayed_at_attempt": 0, "cancel_requested_at": None,
             "trace_context": trace_context, "progress": None, "waiting_for": None,
             "created_at": now, "updated_at": now, "finished_at": None, **_ALONE,
         }  # fmt: skip
