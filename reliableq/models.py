@@ -167,6 +167,9 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001  NULL: no key (never equal in unique constraints)
     # How often the handler said "come back later" (Snooze); each one gave its attempt back.
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # `attempts` when the job was last replayed (0: never): attempt numbers go on counting across
+    # replays, so this run's attempts are attempts minus this, and its budget max_attempts minus this.
+    replayed_at_attempt = models.PositiveIntegerField(default=0, db_default=0, editable=False)
     # When an operator asked to stop this RUNNING job; its worker learns of it at the next renewal.
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # The enqueuing span's W3C trace context ({"traceparent": ..., "tracestate": ...}) when

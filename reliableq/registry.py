@@ -245,7 +245,9 @@ def kinds() -> list[str]:
 def isolation() -> str:
     """Where this process's handlers run: "thread", "process" or "async" when all alike, else "per handler"."""
     found = {h.runs_in for h in _handlers.values()}
-    return found.pop() if len(found) == 1 else "per handler"
+    if len(found) == 1:
+        return found.pop()
+    return "per handler" if found else ""  # no handler registered: it runs nothing
 
 
 def autodiscover() -> None:

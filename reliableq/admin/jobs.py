@@ -275,7 +275,10 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:
-        return f"{job.attempts} / {job.max_attempts}"
+        # This run's attempts and budget: attempt numbers go on counting across replays.
+        base = job.replayed_at_attempt
+        shown = f"{job.attempts - base} / {job.max_attempts - base}"
+        return f"{shown} since its replay ({job.attempts} in all)" if base else shown
 
     @admin.display(description="age", ordering="created_at")
     def age(self, job: Job) -> str:

@@ -19,7 +19,8 @@ _CANCEL_SQL = door.statement(
 
 # A cancel asked of the run that died is not a request of the replayed one: it is cleared.
 _REOPEN = f"""UPDATE {JOB} j SET status = {S.PENDING}, max_attempts = %s, run_at = now(),
-                     finished_at = NULL, cancel_requested_at = NULL, waiting_for = NULL, updated_at = now()
+                     replayed_at_attempt = j.attempts, finished_at = NULL, cancel_requested_at = NULL,
+                     waiting_for = NULL, updated_at = now()
                WHERE j.id = %s AND j.status = {S.DEAD}
            RETURNING j.id, j.status, j.workflow_id"""
 _REOPEN_SQL = door.statement("replay", moved=_REOPEN, change=door.Change.REOPENED, tail="SELECT id, false FROM moved")

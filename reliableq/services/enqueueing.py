@@ -28,7 +28,8 @@ _ATTNAMES = [f.attname for f in Job._meta.concrete_fields if f.attname != "fair_
 # of no workflow.
 _NEW = {
     "status": str(JobStatus.PENDING), "attempts": 0, "lease_token": None, "lease_expires_at": None,
-    "worker_id": "", "last_error": "", "snoozes": 0, "cancel_requested_at": None, "progress": None,
+    "worker_id": "", "last_error": "", "snoozes": 0, "replayed_at_attempt": 0, "cancel_requested_at": None,
+    "progress": None,
     "waiting_for": None, "finished_at": None, "workflow_id": None, "member_name": None, "on_upstream_failure": "",
 }  # fmt: skip
 

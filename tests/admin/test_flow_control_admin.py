@@ -12,7 +12,7 @@ from django.test import Client
 
 import reliableq
 from reliableq import services
-from reliableq.models import Job, JobStatus, QueueState
+from reliableq.models import Job, JobStatus, QueueState, Worker
 
 from .conftest import OPERATOR_PERMS, client_for, job_in, make_staff
 from .pages import body, messages_of, section, text
@@ -44,6 +44,8 @@ def page_url(job: Job) -> str:
 def test_dashboard_lists_queues_with_their_state_and_offers_pause_to_a_pauser(pauser: Client) -> None:
     job_in(JobStatus.PENDING, queue="mail")
     services.pause("reports")
+    # A live worker serves mail: "running" (with none, the dashboard says "no worker").
+    Worker.objects.create(id="host:1", host="host", pid=1, queues=["mail"], concurrency=1, lease_seconds=30)
 
     page = body(pauser.get(DASHBOARD))
 

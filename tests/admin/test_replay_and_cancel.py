@@ -15,7 +15,7 @@ from reliableq import services
 from reliableq.models import Attempt, Job, JobStatus
 
 from .conftest import client_for, job_in, make_staff
-from .pages import action_choices, body, messages_of, section, text
+from .pages import action_choices, body, job_rows, messages_of, section, text
 
 LIST = "/admin/reliableq/job/"
 
@@ -132,6 +132,20 @@ def test_confirmed_replay_sends_only_dead_jobs_back_to_pending_with_same_id_hist
         assert "Replayed" in entry.get_change_message()
     assert {j.pk: snapshot(j) for j in (pending, succeeded)} == untouched
     assert audit_entries(pending) == [] and audit_entries(succeeded) == []
+
+
+def test_a_replayed_jobs_attempts_are_counted_for_its_new_run(operator_client: Client) -> None:
+    # Issue 50: after a replay a 3 / 3 job showed 4 / 8 attempts, as if the old run's counted.
+    from django.db.models import F
+
+    dead = job_in(JobStatus.DEAD)
+    assert (dead.attempts, dead.max_attempts) == (3, 3)
+    services.replay(dead.pk)
+    Job.objects.filter(pk=dead.pk).update(attempts=F("attempts") + 1)  # the new run's first attempt
+    budget = Job.objects.get(pk=dead.pk).max_attempts - 3
+
+    [row] = [r for r in job_rows(operator_client.get(LIST)) if text(r["short_id"]) == str(dead.pk)[-8:]]
+    assert text(row["attempts_display"]) == f"1 / {budget} since its replay (4 in all)"
 
 
 def test_replay_confirmed_after_someone_else_replayed_the_job_skips_it(operator_client: Client) -> None:
