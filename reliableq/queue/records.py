@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import faults, rules
+from .. import faults, outage, rules
 from ..conf import reliableq_settings
 from ..errors import InvalidJob, PermanentError, WaitTimeout
 from ..models import StepKind
+from . import db
 from . import steps as recorded
 
 _CANCEL_LOCK = threading.Lock()
@@ -90,7 +91,20 @@ def _seconds(seconds: Any, what: str) -> float:
 
 async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
     """A database call from an async handler, on a thread of its own, not on the event loop."""
-    return await asyncio.to_thread(fn, *args)
+    return await asyncio.to_thread(_closing_broken, fn, *args)
+
+
+def _closing_broken(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` on a thread of asyncio's pool; a queue connection its error left broken there (a
+    restart, a failover: the chaos suite's) is closed, or every later call on that thread, in any
+    attempt, would fail on it until the job ran out of attempts."""
+    try:
+        return fn(*args)
+    except Exception:
+        conn = db.connection()
+        if conn.connection is not None and conn.errors_occurred and (not conn.is_usable() or outage.on_standby(conn)):
+            conn.close()
+        raise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

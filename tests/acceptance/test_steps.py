@@ -89,3 +89,25 @@ def test_a_wait_is_woken_by_a_committed_emit_and_not_by_one_rolled_back(spawn_wo
         reliableq.emit(event, {"amount": 42})
     wait_until(is_status(waiting, JobStatus.SUCCEEDED), timeout=30, what="the emit to wake it")
     assert job(waiting).result == {"amount": 42}
+
+
+def test_an_async_handlers_steps_outlive_their_connections_being_terminated(spawn_worker, tmp_path: Path) -> None:
+    """An async handler's database calls run on asyncio's thread pool, whose threads outlive the attempt:
+    a connection a restart broke there is closed after its error, or every later attempt fails on it."""
+    from django.db import connection
+
+    log = tmp_path / "steps.log"
+    spawn_worker("--concurrency", "1", "--lease-seconds", "5")
+    first = reliableq.enqueue("steps.three_async", {"log": str(log)}).id
+    wait_until(is_status(first, JobStatus.SUCCEEDED), timeout=60, what="the first job")
+    with connection.cursor() as cursor:  # what a database restart does to the worker's connections
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+    second = reliableq.enqueue("steps.three_async", {"log": str(log)}).id
+    wait_until(lambda: job(second).status in (JobStatus.SUCCEEDED, JobStatus.DEAD), timeout=90, what="the second")
+    assert job(second).status == JobStatus.SUCCEEDED, [
+        (a.outcome, a.error[:80]) for a in Attempt.objects.filter(job_id=second)
+    ]
+    assert runs(log, second) == {"one": 1, "two": 1, "three": 1}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -358,3 +360,151 @@ def _flow_control(conn: psycopg.Connection[Any], report: Report, total: int, pau
             resumed_at,
         )
     report.add("no_claim_while_paused", examined, bad, "attempt started while its queue was paused")
+
+
+STEP = "reliableq_step"
+EVENT = "reliableq_event"
+THREE_STEPS = ("steps.three", "steps.three_async", "steps.three_isolated")
+WAITERS = ("steps.waiter", "steps.waiter_async", "steps.waiter_isolated")
+SLEEPERS = ("steps.sleeper", "steps.sleeper_async")
+
+
+def step_runs(log: Path) -> list[tuple[str, str, int]]:
+    """(job, step, attempt) of each run of a step's function, as testproject.jobs.ran logged it."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(job, name, int(attempt)) for job, name, attempt in (line.split() for line in lines if line.strip())]
+
+
+def check_steps(
+    conn: psycopg.Connection[Any],
+    report: Report,
+    *,
+    step_log: Path,
+    emits: list[dict[str, Any]],
+    unemitted: list[str],
+) -> None:
+    """What durable steps, sleeps and waits promise: `step_log` holds every run of a step's function,
+    `emits` what each of the driver's emits answered (committed, or rolled back), `unemitted` the
+    names waited for that were never emitted."""
+    runs = step_runs(step_log)
+    conn.execute("CREATE TEMPORARY TABLE chaos_run (job_id uuid, name text, attempt int) ON COMMIT PRESERVE ROWS")
+    with conn.cursor() as cursor:
+        cursor.executemany("INSERT INTO chaos_run VALUES (%s, %s, %s)", runs)
+    kinds = list(THREE_STEPS + WAITERS + SLEEPERS)
+    (jobs,) = conn.execute(f"SELECT count(*) FROM {JOB} WHERE kind = ANY(%s)", (kinds,)).fetchone()  # type: ignore[misc]
+    (recorded,) = conn.execute(f"SELECT count(*) FROM {STEP} WHERE kind = 'STEP'").fetchone()  # type: ignore[misc]
+
+    # 13. A step runs at least once, and never again once recorded: the attempt that recorded it ran its
+    # function once, and no later attempt ran it. (An earlier attempt may have run it and died before
+    # its record committed; a stale one, its lease lost, may run it and fail to record it.)
+    bad = _rows(
+        conn,
+        f"""
+        SELECT s.job_id, s.name, s.attempt,
+               (SELECT array_agg(r.attempt ORDER BY r.attempt) FROM chaos_run r
+                 WHERE r.job_id = s.job_id AND r.name = s.name) AS runs
+          FROM {STEP} s
+         WHERE s.kind = 'STEP'
+           AND ((SELECT count(*) FROM chaos_run r WHERE r.job_id = s.job_id AND r.name = s.name
+                   AND r.attempt = s.attempt) <> 1
+                OR EXISTS (SELECT 1 FROM chaos_run r WHERE r.job_id = s.job_id AND r.name = s.name
+                              AND r.attempt > s.attempt))
+        """,
+    )
+    report.add("step_recorded_runs_once", recorded, bad, "a recorded step's function ran again (or never)")
+    # A SUCCEEDED three-step job recorded its three steps and returned their values.
+    bad = _rows(
+        conn,
+        f"""
+        SELECT j.id, j.kind, (SELECT array_agg(s.name) FROM {STEP} s WHERE s.job_id = j.id AND s.kind = 'STEP')
+          FROM {JOB} j LEFT JOIN reliableq_returnvalue r ON r.job_id = j.id
+         WHERE j.kind = ANY(%s) AND j.status = 'SUCCEEDED'
+           AND ((SELECT count(*) FROM {STEP} s WHERE s.job_id = j.id AND s.kind = 'STEP') <> 3
+                OR r.value IS DISTINCT FROM '["one", "two", "three"]'::jsonb)
+        """,
+        list(THREE_STEPS),
+    )
+    report.add("steps_all_recorded", jobs, bad, "a SUCCEEDED three-step job without its three steps and values")
+
+    # 14. A sleep or a wait gives its attempt back: one SNOOZED attempt each time, the budget grown by as
+    # many; and a SUCCEEDED sleeper slept (its sleep recorded, an attempt ended SNOOZED).
+    bad = _rows(
+        conn,
+        f"""
+        SELECT j.id, j.kind, j.snoozes, j.max_attempts, (j.payload->>'budget')::int,
+               (SELECT count(*) FROM {ATTEMPT} a WHERE a.job_id = j.id AND a.outcome = 'SNOOZED')
+          FROM {JOB} j
+         WHERE j.kind = ANY(%s)
+           AND (j.max_attempts <> (j.payload->>'budget')::int + j.snoozes
+                OR j.snoozes <> (SELECT count(*) FROM {ATTEMPT} a WHERE a.job_id = j.id AND a.outcome = 'SNOOZED')
+                OR (j.kind = ANY(%s) AND j.status = 'SUCCEEDED'
+                    AND (j.snoozes < 1 OR NOT EXISTS (SELECT 1 FROM {STEP} s WHERE s.job_id = j.id
+                                                         AND s.kind = 'SLEEP'))))
+        """,
+        list(WAITERS + SLEEPERS),
+        list(SLEEPERS),
+    )
+    report.add("sleep_spends_no_attempt", jobs, bad, "sleeps or waits and budget disagree")
+
+    # 15. No job woken twice by one emit: per name, the emits that committed woke at most as many jobs as
+    # wait for the name, and a second emit of a name woke none. No rolled-back emit left its event.
+    committed = [e for e in emits if not e["rollback"]]
+    bad = _rows(
+        conn,
+        f"""
+        SELECT e.name, sum(e.woken), (SELECT count(*) FROM {JOB} j WHERE j.kind = ANY(%s)
+                                       AND j.payload->>'event' = e.name), bool_or(NOT e.made AND e.woken > 0)
+          FROM jsonb_to_recordset(%s::jsonb) AS e(name text, woken int, made bool)
+         GROUP BY e.name
+        HAVING sum(e.woken) > (SELECT count(*) FROM {JOB} j WHERE j.kind = ANY(%s) AND j.payload->>'event' = e.name)
+            OR bool_or(NOT e.made AND e.woken > 0) OR count(*) FILTER (WHERE e.made) > 1
+        """,
+        list(WAITERS),
+        json.dumps(committed),
+        list(WAITERS),
+    )
+    rolled = [e["name"] for e in emits if e["rollback"]]
+    bad += _rows(conn, f"SELECT name, 'rolled back, yet recorded' FROM {EVENT} WHERE name = ANY(%s)", rolled)
+    report.add("woken_once_per_emit", len(emits), bad, "an emit woke a job twice, or a rolled-back one stayed")
+
+    # 16. No waiting job lost: a waiter whose event was emitted ran after the emit (an attempt that ended
+    # after it began: one that started before may read the event once it committed) and, if it SUCCEEDED,
+    # returned the event's payload; no attempt that started once the emit's commit had returned waited
+    # again; and a waiter whose event never came timed out.
+    bad = _rows(
+        conn,
+        f"""
+        SELECT j.id, j.kind, j.status, e.name, e.payload, r.value
+          FROM {JOB} j JOIN {EVENT} e ON e.name = j.payload->>'event'
+          LEFT JOIN reliableq_returnvalue r ON r.job_id = j.id
+         WHERE j.kind = ANY(%s)
+           AND (NOT EXISTS (SELECT 1 FROM {ATTEMPT} a WHERE a.job_id = j.id AND a.finished_at >= e.emitted_at)
+                OR (j.status = 'SUCCEEDED' AND r.value IS DISTINCT FROM e.payload))
+        """,
+        list(WAITERS),
+    )
+    bad += _rows(
+        conn,
+        f"""
+        SELECT j.id, j.kind, a.number, a.started_at, e.acked
+          FROM {JOB} j JOIN jsonb_to_recordset(%s::jsonb) AS e(name text, acked timestamptz)
+                        ON e.name = j.payload->>'event'
+          JOIN {ATTEMPT} a ON a.job_id = j.id
+         WHERE j.kind = ANY(%s) AND a.outcome = 'SNOOZED' AND a.started_at > e.acked
+        """,
+        json.dumps(committed),
+        list(WAITERS),
+    )
+    bad += _rows(
+        conn,
+        f"""
+        SELECT j.id, j.kind, j.status, r.value FROM {JOB} j LEFT JOIN reliableq_returnvalue r ON r.job_id = j.id
+         WHERE j.kind = ANY(%s) AND j.payload->>'event' = ANY(%s)
+           AND (j.status <> 'SUCCEEDED' OR r.value IS DISTINCT FROM '"timed out"'::jsonb)
+        """,
+        list(WAITERS),
+        unemitted,
+    )
+    (waiters,) = conn.execute(f"SELECT count(*) FROM {JOB} WHERE kind = ANY(%s)", (list(WAITERS),)).fetchone()  # type: ignore[misc]
+    report.add("no_waiting_job_lost", waiters, bad, "a waiter not run after its event, or woken wrongly")
+    conn.execute("DROP TABLE chaos_run")

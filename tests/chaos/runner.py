@@ -34,19 +34,22 @@ import psycopg
 
 from bench.pgbouncer import SERVER_ROLE, PgBouncer, ensure_server_role
 from bench.serverconns import ServerConnections
+from reliableq.faults import ATTEMPT_POINTS, STEP_POINTS
 from testproject import processes
 from tests.failover.pair import Pair
 
 from . import pooler
-from .invariants import Report, check
+from .invariants import Report, check, check_steps
 
 ROOT = processes.ROOT
 DATA_DIR = ROOT / ".pgdata" / "chaos-pair"
-CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize")
+CRASH_POINTS = (*ATTEMPT_POINTS, *STEP_POINTS)
 LEASE_SECONDS = 1.5
 CONCURRENCY = 4
 WORKFLOW_EVENTS = ("success", "failure", "complete")
 FAIR_SMALL = 6  # jobs of each small fair_key (invariants.check_fair_turns reads this many rounds)
+STEP_SHARE = 0.08  # durable-step jobs (steps, sleeps, waits), besides the `jobs`, per job
+THREE_STEPS = ("steps.three", "steps.three_async", "steps.three_isolated")
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class Outcome:
     workflow_jobs: int = 0  # the workflows' members and callbacks, besides the `jobs`
     fair_jobs: int = 0  # the fair kind's flood and small keys, besides the `jobs`
     http_jobs: int = 0  # submitted over HTTP during the faults and acknowledged, besides the `jobs`
+    step_jobs: int = 0  # multi-step, sleeping and waiting kinds, besides the `jobs`
+    emits: list[dict[str, Any]] = field(default_factory=list)  # the driver's emits, as the emitter answered
     deaf_workers: int = 0  # workers whose listener said it hears no NOTIFY
 
     @property
@@ -123,6 +128,10 @@ class ChaosRun:
         self.profile = profile
         self.rng = random.Random(seed)
         self.failover_rng = random.Random(f"failover {seed}")
+        # The durable steps' jobs, crash points and emits, from streams of their own: the other faults and
+        # jobs keep the plans their seeds had before.
+        self.step_rng = random.Random(f"steps {seed}")
+        self.emit_rng = random.Random(f"emits {seed}")
         self.log_dir = log_dir
         self.say = say
         self.workers: list[Worker] = []
@@ -143,6 +152,17 @@ class ChaosRun:
         self._submitter: threading.Thread | None = None
         self._rejoining: threading.Thread | None = None
         self._rejoin_error: BaseException | None = None
+        # Each step's function appends "<job> <step> <attempt>" here (testproject.jobs.ran), from any process.
+        self.step_log = log_dir / f"seed{seed}-steps.log"
+        self.step_log.unlink(missing_ok=True)
+        self.events: list[str] = []  # names some jobs wait for, emitted by the driver during the faults
+        self.unemitted: list[str] = []  # names waited for with a timeout, never emitted (one rolled back)
+        self.emitters: list[subprocess.Popen[str]] = []
+        self.emits: list[dict[str, Any]] = []
+        self.child_kills_due = 0  # kill_child faults that found no child process yet
+        self.next_emit_try = 0.0
+        self.emits_due = 0  # emit faults waiting for a waiter of their batch to park (or the faults' end)
+        self.fault_start = 0.0
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -188,7 +208,7 @@ class ChaosRun:
         with self.admin() as conn:
             conn.execute(
                 "TRUNCATE reliableq_attempt, reliableq_job, reliableq_queuestate, reliableq_ratewindow, "
-                "reliableq_workflow, reliableq_workflowedge, reliableq_workflowcount, "
+                "reliableq_workflow, reliableq_workflowedge, reliableq_workflowcount, reliableq_event, "
                 "charges_charge, charges_chargerequest, "
                 "charges_servicefault, authtoken_token, auth_user_user_permissions, auth_user CASCADE"
             )
@@ -238,17 +258,23 @@ class ChaosRun:
                 RELIABLEQ_LISTEN_DATABASE="direct",
             )
         if crash_at:
+            # Only the step kinds pass a step's crash points, a few times each: they crash more often.
+            rng = self.step_rng if crash_at in STEP_POINTS else self.rng
             env.update(
                 RELIABLEQ_CRASH_AT=crash_at,
-                RELIABLEQ_CRASH_RATE=str(self.rng.choice([0.01, 0.02, 0.04])),
-                RELIABLEQ_CRASH_SEED=str(self.rng.randrange(10**9)),
+                RELIABLEQ_CRASH_RATE=str(
+                    rng.choice([0.1, 0.2, 0.3] if crash_at in STEP_POINTS else [0.01, 0.02, 0.04])
+                ),
+                RELIABLEQ_CRASH_SEED=str(rng.randrange(10**9)),
             )
         return env
 
     def start_worker(self, *, faults: bool) -> Worker:
         self.incarnations += 1
         name = f"w{self.incarnations}"
-        crash_at = self.rng.choice([None, *CRASH_POINTS]) if faults else None
+        crash_at = self.rng.choice([None, *ATTEMPT_POINTS]) if faults else None
+        if faults and crash_at is None:
+            crash_at = self.step_rng.choice([None, *STEP_POINTS])
         log = self.log_dir / f"seed{self.seed}-{name}.log"
         with log.open("wb") as out:
             process = processes.start_worker(
@@ -308,6 +334,37 @@ class ChaosRun:
             rows.append((uuid.UUID(int=self.rng.getrandbits(128), version=4), "test.fair", '{"seconds": 0.02}', 6,
                          key, float(turns[key])))  # fmt: skip
             turns[key] += 1
+        return rows
+
+    def step_rows(self, n: int) -> list[tuple[Any, ...]]:
+        """(id, kind, payload, budget, None) of the durable-step kinds: three steps (in a thread, on the
+        event loop, in a child; now and then one failing in its first attempt), sleeps, and waits for
+        events the driver emits during the faults (a name may have two waiters, or none); two more wait
+        with a timeout for events never emitted (one emit of them rolled back). `budget` in a payload is
+        the budget before any sleep or wait gave an attempt back."""
+        log = str(self.step_log)
+        self.events = [f"chaos-{self.seed}-e{k}" for k in range(max(2, n // 6))]
+        self.unemitted = [f"chaos-{self.seed}-never{k}" for k in range(2)]
+        rows = []
+        for _ in range(n):
+            roll = self.step_rng.random()
+            payload: dict[str, Any] = {"log": log}
+            if roll < 0.4:
+                kind, budget = self.step_rng.choice(THREE_STEPS), 10
+                if kind == "steps.three" and self.step_rng.random() < 0.3:
+                    payload["fail_at"] = self.step_rng.choice(["one", "two", "three"])
+            elif roll < 0.6:
+                kind, budget = self.step_rng.choice(["steps.sleeper", "steps.sleeper_async"]), 6
+                payload.update(sleep=round(self.step_rng.uniform(0.2, 1.5), 2), budget=budget)
+            else:
+                kind, budget = self.step_rng.choice(["steps.waiter", "steps.waiter_async", "steps.waiter_isolated"]), 6
+                payload.update(event=self.step_rng.choice(self.events), budget=budget)
+            rows.append(
+                (uuid.UUID(int=self.step_rng.getrandbits(128), version=4), kind, json.dumps(payload), budget, None)
+            )
+        for kind, name in zip(("steps.waiter", "steps.waiter_async"), self.unemitted, strict=True):
+            payload = {"log": log, "event": name, "timeout": 1.0, "budget": 6}
+            rows.append((uuid.UUID(int=self.step_rng.getrandbits(128), version=4), kind, json.dumps(payload), 6, None))
         return rows
 
     def workflow_bodies(self) -> list[dict[str, Any]]:
@@ -381,12 +438,13 @@ class ChaosRun:
             )
         self.acknowledged += [row[0] for row in rows]
 
-    def enqueue(self, rows: list[tuple[Any, ...]]) -> None:
+    def enqueue(self, rows: list[tuple[Any, ...]], *, priority: int = 0) -> None:
         with self.admin() as conn, conn.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO reliableq_job (id, kind, queue, priority, payload, status, attempts, max_attempts,"
                 " run_at, worker_id, last_error, concurrency_key, created_at, updated_at)"
-                " VALUES (%s, %s, 'default', 0, %s::jsonb, 'PENDING', 0, %s, now(), '', '', %s, now(), now())",
+                f" VALUES (%s, %s, 'default', {int(priority)}, %s::jsonb, 'PENDING', 0, %s, now(), '', '', %s,"
+                " now(), now())",
                 rows,
             )
         self.acknowledged += [row[0] for row in rows]
@@ -429,6 +487,11 @@ class ChaosRun:
         events += [(pause, "pause_queue"), (pause + self.rng.uniform(0.5, 2.0), "resume_queue")]
         events += [(self.rng.uniform(1, span), "cancel_running") for _ in range(self.rng.randint(2, 4))]
         events += [(self.rng.uniform(1, span), "kill_child") for _ in range(self.rng.randint(3, 6))]
+        # Emits, in two batches, from a stream of their own too.
+        events += [
+            (self.emit_rng.uniform(span * 0.3, span * 0.5), "emit"),
+            (self.emit_rng.uniform(span * 0.6, span * 0.9), "emit"),
+        ]
         # From a stream of their own: the other faults keep the plans their seeds always had.
         events += [
             (self.failover_rng.uniform(span * 0.2, span * 0.9), "failover") for _ in range(self.profile.failovers)
@@ -449,6 +512,8 @@ class ChaosRun:
             # A handler's child process dies (the OOM killer, a segfault): only its own attempt may fail.
             children = [(w, pid) for w in alive for pid in children_of(w.process.pid)]
             if not children:
+                # None yet (on a loaded machine a worker may not have started one): it lands later.
+                self.child_kills_due += 1
                 return
             _, pid = self.rng.choice(children)
             try:
@@ -494,6 +559,10 @@ class ChaosRun:
                 )
             if event == "service_healthy":
                 return
+        elif event == "emit":
+            if not self.start_emitter():
+                self.emits_due += 1
+                return
         elif event == "enqueue_more":
             self.enqueue(self.late_rows)
             return
@@ -517,6 +586,59 @@ class ChaosRun:
         else:
             return
         self.faults[event] += 1
+
+    def start_emitter(self, *, now: bool = False) -> bool:
+        """Emit half of the events (all that are left, the second time) in a process of their own, as an
+        application does: some twice (a retried webhook), and, the first time, one that rolls back.
+        Not yet (False) while none of their waiters is parked, unless `now` or the faults near their end:
+        on a loaded machine the waits may not have begun, and every emit would come before its wait."""
+        first = not self.emitters
+        half = len(self.events) // 2
+        names = self.events[:half] if first else self.events[half:]
+        late = time.monotonic() - self.fault_start > self.profile.fault_seconds * 0.9
+        if not (now or late):
+            try:
+                with self.admin() as conn:
+                    (parked,) = conn.execute(  # type: ignore[misc]
+                        "SELECT count(*) FROM reliableq_job WHERE status = 'WAITING' AND waiting_for = ANY(%s)",
+                        (names,),
+                    ).fetchone()
+            except psycopg.OperationalError:  # the database is away (a restart, a failover): later
+                return False
+            if not parked:
+                return False
+        batch: list[dict[str, Any]] = [{"name": name, "payload": {"nonce": name}} for name in names]
+        batch += [
+            {"name": name, "payload": {"nonce": "again"}} for name in self.emit_rng.sample(names, len(names) // 3)
+        ]
+        if first:
+            batch.append({"name": self.unemitted[0], "payload": {"nonce": "rolled back"}, "rollback": True})
+        self.emit_rng.shuffle(batch)
+        env = processes.child_env(DATABASE_URL=self.url("rq-chaos-emitter"), RELIABLEQ_LOG_LEVEL="WARNING")
+        named = self.log_dir / f"seed{self.seed}-emitter{len(self.emitters)}"
+        named.with_suffix(".json").write_text(json.dumps(batch))
+        with named.with_suffix(".json").open() as stdin, named.with_suffix(".log").open("w") as log:
+            emitter = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.emitter"],
+                cwd=ROOT, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=log, text=True,
+            )  # fmt: skip
+        self.emitters.append(emitter)
+        return True
+
+    def collect_emits(self) -> None:
+        """Wait for the emitters; keep what each emit that committed (or rolled back) answered."""
+        for _ in range(self.emits_due):
+            self.start_emitter(now=True)
+            self.faults["emit"] += 1
+        self.emits_due = 0
+        for emitter in self.emitters:
+            out, _ = emitter.communicate(timeout=300)
+            if emitter.returncode != 0:
+                raise RuntimeError(f"seed {self.seed}: the emitter exited with {emitter.returncode}; see its log")
+            self.emits += [json.loads(line) for line in out.splitlines() if line.strip()]
+        self.emitters = []
+        self.faults["emitted"] = sum(1 for e in self.emits if not e["rollback"])
+        self.faults["woken_by_emits"] = sum(e["woken"] for e in self.emits if not e["rollback"])
 
     def _rejoin(self) -> None:
         try:
@@ -550,6 +672,18 @@ class ChaosRun:
                     raise
                 time.sleep(0.2)
 
+    def tick(self) -> None:
+        """A moment of the fault phase: supervise, and land a kill_child that found no child before."""
+        self.supervise(faults=True)
+        if self.child_kills_due:
+            self.child_kills_due -= 1
+            self.inject("kill_child")
+        if self.emits_due and time.monotonic() >= self.next_emit_try:
+            self.next_emit_try = time.monotonic() + 0.5
+            self.emits_due -= 1
+            self.inject("emit")
+        time.sleep(0.05)
+
     def supervise(self, *, faults: bool) -> None:
         """Restart workers that died, resume workers stopped past their lease: what a supervisor does."""
         if self.watch is not None:
@@ -582,6 +716,9 @@ class ChaosRun:
             fair = self.fair_rows(self.profile.jobs)
             self.enqueue_fair(fair)
             self.late_rows = rows[split:]
+            steps = self.step_rows(int(self.profile.jobs * STEP_SHARE))
+            # First in line (priority -1): the waits park early, and the emits during the faults wake them.
+            self.enqueue(steps, priority=-1)
             self.submit_workflows()
             for _ in range(self.profile.workers):
                 self.start_worker(faults=True)
@@ -590,22 +727,24 @@ class ChaosRun:
                 f"faults for {self.profile.fault_seconds:g}s"
                 + (f", through PgBouncer (pool size {self.profile.pool_size})" if self.bouncer else "")
             )
-            fault_start = time.monotonic()
+            fault_start = self.fault_start = time.monotonic()
             self._submitter = threading.Thread(target=self.submit_over_http, name="chaos-http", daemon=True)
             self._submitter.start()
             for at, event in self.plan():
                 while time.monotonic() - fault_start < at:
-                    self.supervise(faults=True)
-                    time.sleep(0.05)
+                    self.tick()
                 self.inject(event)
             while time.monotonic() - fault_start < self.profile.fault_seconds:
-                self.supervise(faults=True)
-                time.sleep(0.05)
+                self.tick()
             self.stop_submitting()
             self.rejoined()
+            self.collect_emits()
             self.settle()
         finally:
             self.stop_submitting()
+            for emitter in self.emitters:
+                emitter.kill()
+                emitter.communicate()
             if self._rejoining is not None:
                 self._rejoining.join()
             self.shutdown()
@@ -613,6 +752,8 @@ class ChaosRun:
         outcome = Outcome(seed=self.seed, jobs=self.profile.jobs, seconds=time.monotonic() - started)
         outcome.fair_jobs = len(fair)
         outcome.http_jobs = len(set(self.submitted))
+        outcome.step_jobs = len(steps)
+        outcome.emits = self.emits
         outcome.faults = self.faults + self.crash_counts()
         outcome.deaf_workers = self.count_logs("does not hear a NOTIFY")
         if self.watch is not None:
@@ -629,6 +770,7 @@ class ChaosRun:
                 lease_seconds=LEASE_SECONDS,
                 acknowledged=self.acknowledged,
             )
+            check_steps(conn, outcome.report, step_log=self.step_log, emits=self.emits, unemitted=self.unemitted)
             (outcome.workflow_jobs,) = conn.execute(
                 "SELECT count(*) FROM reliableq_job WHERE workflow_id IS NOT NULL"
             ).fetchone()  # type: ignore[misc]
@@ -654,6 +796,9 @@ class ChaosRun:
         replays = 0
         while True:
             self.supervise(faults=False)
+            if self.child_kills_due:  # kill_child found no child during the faults (a loaded machine): one now
+                self.child_kills_due = 0
+                self.inject("kill_child")
             try:
                 with self.admin() as conn:
                     (left,) = conn.execute(

@@ -1,5 +1,6 @@
 """The quick chaos profile: 3 seeds, 1,200 jobs, 3 workers, every fault type (a failover to the
-synchronous standby among them), then PostgreSQL is checked.
+synchronous standby among them; crashes inside durable steps; emits that wake waiting jobs), then
+PostgreSQL is checked.
 
 CI runs seed 1; seeds 2 and 3 run with the nightly profile (`pytest -m nightly`), as does the long
 profile (`python -m tests.chaos --seeds 20`), to keep CI within its half hour."""
@@ -39,6 +40,10 @@ def test_seeded_chaos_leaves_every_invariant_intact(seed: int, tmp_path: Path) -
     assert outcome.report.checked["isolated_lease_outlives_a_dead_child"] > 0
     assert outcome.report.checked["fair_turns"] > 0
     assert outcome.report.checked["member_after_upstream"] > 0 and outcome.faults["replayed_members"] >= 1
+    # Durable steps: steps recorded (and checked against every run of their functions), waits woken by
+    # the driver's emits.
+    assert outcome.report.checked["step_recorded_runs_once"] > 0
+    assert outcome.faults["emitted"] > 0 and outcome.faults["woken_by_emits"] > 0
     assert sum(outcome.statuses.values()) == (
-        outcome.jobs + outcome.workflow_jobs + outcome.fair_jobs + outcome.http_jobs
+        outcome.jobs + outcome.workflow_jobs + outcome.fair_jobs + outcome.http_jobs + outcome.step_jobs
     )
