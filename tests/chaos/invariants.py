@@ -427,7 +427,9 @@ def check_steps(
     report.add("steps_all_recorded", jobs, bad, "a SUCCEEDED three-step job without its three steps and values")
 
     # 14. A sleep or a wait gives its attempt back: one SNOOZED attempt each time, the budget grown by as
-    # many; and a SUCCEEDED sleeper slept (its sleep recorded, an attempt ended SNOOZED).
+    # many; and a SUCCEEDED sleeper slept: its sleep recorded, and passed no earlier than its end. (It
+    # may have slept with no SNOOZED attempt: one that recorded the sleep and lost its lease, the next
+    # attempt coming after the sleep's end.)
     bad = _rows(
         conn,
         f"""
@@ -438,8 +440,9 @@ def check_steps(
            AND (j.max_attempts <> (j.payload->>'budget')::int + j.snoozes
                 OR j.snoozes <> (SELECT count(*) FROM {ATTEMPT} a WHERE a.job_id = j.id AND a.outcome = 'SNOOZED')
                 OR (j.kind = ANY(%s) AND j.status = 'SUCCEEDED'
-                    AND (j.snoozes < 1 OR NOT EXISTS (SELECT 1 FROM {STEP} s WHERE s.job_id = j.id
-                                                         AND s.kind = 'SLEEP'))))
+                    AND NOT EXISTS (SELECT 1 FROM {STEP} s JOIN {ATTEMPT} a ON a.job_id = s.job_id
+                                     WHERE s.job_id = j.id AND s.kind = 'SLEEP' AND a.outcome = 'SUCCEEDED'
+                                       AND a.finished_at >= to_timestamp((s.value->>'until')::float8))))
         """,
         list(WAITERS + SLEEPERS),
         list(SLEEPERS),
