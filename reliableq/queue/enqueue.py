@@ -11,6 +11,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from ..models import Job
 from . import db
 from .fairness import Turn, first_turn_params, first_turn_sql
 from .sql import JOB, S
@@ -62,11 +63,27 @@ def _debounce_sql(keyed: bool | None) -> str:
         DO UPDATE SET payload = EXCLUDED.payload, updated_at = now(),
                       run_at = GREATEST(now(), LEAST(now() + {delay}, job.created_at + {delay}))
          WHERE job.status = {S.PENDING}
-        RETURNING id, (xmax = 0) AS inserted, run_at, created_at, updated_at, queue
+        RETURNING (xmax = 0) AS inserted, {", ".join(f"job.{f.column}" for f in _FIELDS)}
     )
-    SELECT id, inserted, run_at, created_at, updated_at, {NOTIFY_SQL.replace("inserted.", "upserted.")}
-      FROM upserted
+    SELECT upserted.*, {NOTIFY_SQL.replace("inserted.", "upserted.")} FROM upserted
 """
+
+
+# The job's row as the debounce returns it: every concrete field, so that no read follows the write.
+_FIELDS = [f for f in Job._meta.concrete_fields]
+_ATTNAMES = [f.attname for f in _FIELDS]
+
+
+def _job(row: Sequence[Any]) -> Job:
+    """A Job from its row's values, converted as a QuerySet converts them (the JSON fields' text)."""
+    conn = db.connection()
+    values = []
+    for f, value in zip(_FIELDS, row, strict=True):
+        for convert in f.get_db_converters(conn):
+            value = convert(value, f, conn)
+        values.append(value)
+    job: Job = Job.from_db(db.alias(), _ATTNAMES, values)
+    return job
 
 
 # The submitter's unfinished jobs, counted up to the bound through reliableq_job_submitter_open (its
@@ -178,10 +195,10 @@ def insert_one(
 
 def debounce_one(
     params: Sequence[Any], *, seconds: float, max_seconds: float | None, turn: Turn | None = None
-) -> tuple[Any, ...] | None:
+) -> tuple[bool, Job] | None:
     """INSERT one job (`params` as insert_one takes them, with run_at None) due in `seconds`, or debounce
-    the key's PENDING job (its payload replaced, its run_at moved; see _debounce_sql). Returns (id,
-    inserted, run_at, created_at, updated_at, notified), or None when the key's job is RUNNING."""
+    the key's PENDING job (its payload replaced, its run_at moved; see _debounce_sql). Returns (whether
+    it was inserted, the job as stored), or None when the key's job is RUNNING."""
     keyed = None if turn is None else turn.key is not None
     fair: list[Any] = [None]
     if turn is not None:
@@ -193,7 +210,7 @@ def debounce_one(
         # Without debounce_max the cap is NULL, which LEAST ignores.
         cursor.execute(_debounce_sql(keyed), [*values, seconds, max_seconds])
         row = cursor.fetchone()
-    return None if row is None else tuple(row)
+    return None if row is None else (bool(row[0]), _job(row[1:-1]))
 
 
 def insert_many(columns: Sequence[Any], *, count: int, scope: str, bound: int | None) -> tuple[Any, ...]:

@@ -116,13 +116,18 @@ def submit(
 
     if o.debounce is not None and bound is not None:
         raise InvalidJob("debounce is for code, not for a user's submission.", field="debounce")
-    insert = _insert_one if o.debounce is None else functools.partial(_debounce_one, o.debounce, o.debounce_max)
     with tracing.publishing(kind, queue) as trace_context:
-        found, row, job_id = insert(
-            kind, scope, bound, dedupe_key, unique_key, turn,
-            [kind, queue, priority, encoded, budget, o.run_at, dedupe_key, scope, submitter, o.concurrency_key,
-             unique_key, None if trace_context is None else json.dumps(trace_context)],
-        )  # fmt: skip
+        context = None if trace_context is None else json.dumps(trace_context)
+        columns = [kind, queue, priority, encoded, budget, o.run_at, dedupe_key, scope, submitter,
+                   o.concurrency_key, unique_key, context]  # fmt: skip
+        if o.debounce is not None:
+            job, made = _debounce_one(o.debounce, o.debounce_max, kind, scope, unique_key, turn, columns)
+        else:
+            found, row, job_id = _insert_one(kind, scope, bound, dedupe_key, unique_key, turn, columns)
+    if o.debounce is not None:
+        if made:
+            _announce([(job.id, kind, queue)])
+        return job, made
     if found is not None:
         return found, False
     _announce([(job_id, kind, queue)])
@@ -167,25 +172,20 @@ def _debounce_one(
     max_seconds: float | None,
     kind: str,
     scope: str,
-    bound: int | None,
-    dedupe_key: str | None,
     unique_key: str | None,
     turn: Turn | None,
     columns: list[Any],
-) -> tuple[Job | None, Any, uuid.UUID]:
-    """_insert_one for a debounced job: the key's PENDING job debounced (returned as found), a new job,
-    or the key's RUNNING job untouched (as found)."""
+) -> tuple[Job, bool]:
+    """Store a debounced job (its id, then `columns`): (the job as stored, whether it was made now).
+    The key's PENDING job comes back debounced, its RUNNING one untouched."""
     for _ in range(3):
-        job_id = new_job_id()
-        row = statements.debounce_one([job_id, *columns], seconds=seconds, max_seconds=max_seconds, turn=turn)
-        if row is not None and row[1]:
-            return None, (*row[2:],), job_id
-        if row is not None:
-            # In a transaction the row stays locked by this one, so the read sees its own update.
-            return Job.objects.get(pk=row[0]), None, row[0]
+        stored = statements.debounce_one([new_job_id(), *columns], seconds=seconds, max_seconds=max_seconds, turn=turn)
+        if stored is not None:
+            inserted, job = stored
+            return job, inserted
         found = _holder(kind, scope, None, unique_key)
         if found is not None:
-            return found, None, job_id
+            return found, False
     raise InvalidJob("The unique_key's job kept changing; try again.", field="unique_key")
 
 

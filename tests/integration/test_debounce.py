@@ -48,6 +48,8 @@ def test_debounce_replaces_a_pending_jobs_payload_and_moves_its_start() -> None:
     assert stored.payload == {"n": 2} and again.payload == {"n": 2}
     assert stored.run_at - stored.updated_at == 30 * SECONDS and stored.run_at > first.run_at
     assert stored.created_at == first.created_at  # the first enqueue, which debounce_max counts from
+    fields = [f.attname for f in Job._meta.concrete_fields]
+    assert [getattr(again, f) for f in fields] == [getattr(stored, f) for f in fields]  # as a read gives it
 
 
 @pytest.mark.django_db(transaction=True)
