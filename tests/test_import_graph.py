@@ -26,7 +26,8 @@ from tests.support import ROOT
 PACKAGE = "reliableq"
 # The queue layer talks SQL for everything above it: it may import its own modules and these,
 # which import nothing above it either (settings, errors, the models and what they need, the
-# handler registry, the pure rules), never services, workflows, api, admin, worker or commands.
+# handler registry, the pure rules, what counts as an outage), never services, workflows, api,
+# admin, worker or commands.
 BELOW_THE_QUEUE = {
     "reliableq",
     "reliableq.conf",
@@ -37,6 +38,7 @@ BELOW_THE_QUEUE = {
     "reliableq.ids",
     "reliableq.models",
     "reliableq.options",
+    "reliableq.outage",
     "reliableq.registry",
     "reliableq.rules",
 }
