@@ -98,22 +98,24 @@ def pgbench_script(spec: dict[str, Any], batch: int, dsn: str, *, fused: bool = 
     *before, take = statements
     # Hand the claimed batch to the finish: the final SELECT aggregates ids and tokens instead of
     # returning rows (pgbench's \gset takes one row).
-    head, sep, _ = take.rpartition("SELECT id, kind, queue, priority, payload, attempts, max_attempts, lease_token")
-    if not sep:
+    head, sep, tail = take.rpartition("SELECT id AS id, kind AS kind")
+    rows = re.search(r"FROM (\w+)\s+ORDER BY", tail)
+    if not sep or rows is None:
         raise RuntimeError("the captured take statement no longer ends as bench.ceilings expects")
     # The claim hands the finish its batch's ends as the worker sends them, one JSON text: [id, token,
     # status, outcome, error, delay, traceback] per job, a success's. Built here, once per batch, as
     # the worker builds it in Python; the finish then parses it once, as it does the worker's.
     take = (
         head + "SELECT coalesce(json_agg(json_build_array(id, lease_token, 'SUCCEEDED', 'SUCCEEDED', '', 0.0, ''))"
-        "::text, '[]') AS ends FROM claimed"
+        f"::text, '[]') AS ends FROM {rows.group(1)}"
     )
     ends = ":ends"
     values = iter([ends])
     finish = re.sub(r"%%|%s", lambda m: "%" if m.group(0) == "%%" else next(values), spec["finish"]["sql"])
 
     def one_line(sql: str) -> str:
-        return " ".join(sql.split())
+        # pgbench's prepared mode misreads a statement that opens with a comment: drop the door's name.
+        return " ".join(re.sub(r"^\s*/\*.*?\*/", "", sql, count=1, flags=re.S).split())
 
     if fused:
         lines = ["BEGIN;", *(one_line(s) + ";" for s in before), one_line(take) + " \\gset"]
