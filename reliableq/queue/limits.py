@@ -35,14 +35,14 @@ def take_rated(
     rate: Rate,
     *,
     fair: bool = False,
-) -> list[ClaimedJob]:
+) -> tuple[list[ClaimedJob], Any]:
     """Claim jobs of a kind limited by its rate alone: one statement locks a shard of the kind's
     window that has room, takes what that room allows and records the starts (rated_sql). The
-    shards are made on first use."""
+    shards are made on first use. Returns the jobs and the claim's database time (None: none)."""
     statement = rated_sql(queues, room, kind, rate, fair)
-    jobs, _ = run_claim(statement, worker_id, lease_seconds)
+    jobs, at = run_claim(statement, worker_id, lease_seconds)
     if jobs:
-        return jobs
+        return jobs, at
     with db.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
         cursor.execute(
             f"INSERT INTO {RATE} (kind, shard, buckets, counts)"
@@ -51,7 +51,7 @@ def take_rated(
             [kind, rate_shards(rate)],
         )
         made = cursor.rowcount > 0
-    return run_claim(statement, worker_id, lease_seconds)[0] if made else []
+    return run_claim(statement, worker_id, lease_seconds) if made else ([], None)
 
 
 def rate_bucket(rate: Rate, moment: Any) -> int:
@@ -126,15 +126,16 @@ def rated_sql(
 
 def take_limited(
     queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, limits: Limits
-) -> list[ClaimedJob]:
-    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it."""
+) -> tuple[list[ClaimedJob], Any]:
+    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it.
+    Returns the jobs and the claim's database time (None: none taken)."""
     if limits.max_running:
         room = min(room, _room_for(kind, limits.max_running))
     window = _RateWindow.lock(kind, limits.rate) if limits.rate else None
     if window is not None:
         room = min(room, window.room)
     if room <= 0:
-        return []
+        return [], None
     fair = (kind,) if limits.fair else ()
     if limits.per_key:
         jobs, started = take_ids(_pick_per_key(queues, room, kind, limits.per_key, fair), worker_id, lease_seconds)
@@ -142,7 +143,7 @@ def take_limited(
         jobs, started = run_claim(take_sql(queues, room, (), kind, fair=fair), worker_id, lease_seconds)
     if window is not None and jobs:
         window.record(len(jobs), started)
-    return jobs
+    return jobs, started
 
 
 @dataclass(slots=True)
