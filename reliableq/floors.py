@@ -20,6 +20,11 @@ never shared and never a condition of correctness:
   FLOOR_SWEEP_SECONDS; under a held snapshot a sweep walks the dead entries, so the next one waits
   twenty times as long as this one took (at most 5% of a worker's time). Such a job waits for the
   next sweep: seconds, not lost.
+- A claim that excludes kinds (a worker that knows a limited kind claims the others first) never
+  takes those kinds' rows, so their backlog would never move its floor. Once such a claim came
+  back short, the next ones read only rows due since an earlier claim of this worker less the
+  slack (the queue's since): a job due from before that waits for the next sweep, like one below
+  a floor.
 - A RUNNING row whose lease expired below the rescue's floor (it was locked by its owner while a
   rescue passed, and that owner neither finished nor renewed it) is taken by the next full rescue,
   at least every RESCUE_SWEEP_SECONDS.
