@@ -194,10 +194,12 @@ def _pick_per_key(
     """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left.
 
     The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
-    backlog never blocks other keys); then each key's advisory lock is taken, in hash order, and
-    its RUNNING rows counted after the lock: a claimer that took the key's last slot has
-    committed by then, so two claimers never both fill it. Rows picked but not kept stay
-    PENDING, locked only until this transaction ends.
+    backlog never blocks other keys); then each key's advisory lock is tried, and its RUNNING rows
+    counted after the lock: a claimer that took the key's last slot has committed by then, so two
+    claimers never both fill it. A key another claimer holds is passed over, as SKIP LOCKED passes
+    over its rows: that claimer is filling it. (Waiting for it serialized the fleet: two claims'
+    candidates share a key almost always.) Rows picked but not kept stay PENDING, locked only
+    until this transaction ends.
     """
     sql, params = picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key, fair=fair)
     with db.cursor() as cursor:
@@ -205,16 +207,17 @@ def _pick_per_key(
         candidates = cursor.fetchall()  # (id, concurrency_key), best first
         keys = sorted({key for _, key in candidates if key is not None})
         running: dict[str, int] = {}
+        held: set[str] = set()
         if keys:
             cursor.execute(
-                "SELECT count(pg_advisory_xact_lock(hashtext(%s), hashtext(k)))"
-                " FROM (SELECT k FROM unnest(%s::text[]) AS k ORDER BY hashtext(k), k OFFSET 0) AS keys",
-                [f"reliableq:key:{kind}", keys],
+                "SELECT k FROM unnest(%s::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtext(%s), hashtext(k))",
+                [keys, f"reliableq:key:{kind}"],
             )
+            held = {key for (key,) in cursor.fetchall()}
             cursor.execute(
                 f"SELECT concurrency_key, count(*) FROM {JOB} WHERE status = {S.RUNNING} AND kind = %s"
                 " AND concurrency_key = ANY(%s) GROUP BY concurrency_key",
-                [kind, keys],
+                [kind, sorted(held)],
             )
             running = dict(cursor.fetchall())
     kept: list[uuid.UUID] = []
@@ -222,7 +225,7 @@ def _pick_per_key(
         if len(kept) >= room:
             break
         if key is not None:
-            if running.get(key, 0) >= per_key:
+            if key not in held or running.get(key, 0) >= per_key:
                 continue
             running[key] = running.get(key, 0) + 1
         kept.append(job_id)
