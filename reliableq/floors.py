@@ -20,6 +20,11 @@ never shared and never a condition of correctness:
   FLOOR_SWEEP_SECONDS; under a held snapshot a sweep walks the dead entries, so the next one waits
   twenty times as long as this one took (at most 5% of a worker's time). Such a job waits for the
   next sweep: seconds, not lost.
+- A claim that excludes kinds (a worker that knows a limited kind claims the others first) never
+  takes those kinds' rows, so their backlog would never move its floor. Once such a claim came
+  back short, the next ones read only rows due since an earlier claim of this worker less the
+  slack (the queue's since): a job due from before that waits for the next sweep, like one below
+  a floor.
 - A RUNNING row whose lease expired below the rescue's floor (it was locked by its owner while a
   rescue passed, and that owner neither finished nor renewed it) is taken by the next full rescue,
   at least every RESCUE_SWEEP_SECONDS.
@@ -75,19 +80,36 @@ class ClaimFloors:
         self._slack = dt.timedelta(seconds=slack)
         self._sweeps = _Sweeps(sweep, clock)
         self._at: dict[str, tuple[int, Any, uuid.UUID]] = {}
+        self._since: dict[str, Any] = {}  # per queue: the oldest run_at a claim excluding kinds reads
+        self._seen: Any = None  # the database time of this worker's latest claim that took a job
 
     def sweeping(self) -> bool:
         """True when the next claim should read its queues from the start."""
         return self._sweeps.due()
 
-    def bound(self, queue: str, *, sweep: bool) -> tuple[int, Any, Any]:
-        """The (priority, run_at, id) a claim of `queue` reads from; the lowest possible in a sweep."""
-        if sweep or queue not in self._at:
-            return NO_PRIORITY, NO_TIME, NO_ID
-        return self._at[queue]
+    def bound(self, queue: str, *, sweep: bool) -> tuple[int, Any, Any, Any]:
+        """The (priority, run_at, id) a claim of `queue` reads from, and the oldest run_at a claim that
+        excludes kinds reads (its since); the lowest possible in a sweep."""
+        if sweep:
+            return NO_PRIORITY, NO_TIME, NO_ID, NO_TIME
+        since = self._since.get(queue, NO_TIME)
+        if queue not in self._at:
+            return NO_PRIORITY, NO_TIME, NO_ID, since
+        return (*self._at[queue], since)
+
+    def saw(self, at: Any) -> None:
+        """A claim of this worker took jobs at database time `at` (None: it took none)."""
+        if at is not None and (self._seen is None or at > self._seen):
+            self._seen = at
 
     def claimed(
-        self, taken: Iterable[tuple[str, int, dt.datetime, uuid.UUID]], *, at: Any, sweep: bool, began: float
+        self,
+        taken: Iterable[tuple[str, int, dt.datetime, uuid.UUID]],
+        *,
+        at: Any,
+        sweep: bool,
+        began: float,
+        exhausted: Iterable[str] = (),
     ) -> None:
         """Move the floors after a claim made at database time `at`: `taken` is (queue, priority,
         run_at, id) of every job it took, in the claim's order.
@@ -106,6 +128,19 @@ class ClaimFloors:
             old = self._at.get(queue)
             # A sweep read from the start: where it stopped is the front. A floored claim only moves forward.
             self._at[queue] = key if sweep or old is None else max(old, key)
+        # An `exhausted` queue gave fewer rows than asked: none was left that this claim could lock.
+        # A row that turns due later has a run_at from after an earlier claim of this worker less
+        # the slack, like a floor's; a claim that excludes kinds (their backlog is never taken by
+        # it, so never moves its floor) reads only from there, not through that whole backlog.
+        if self._seen is not None:
+            since = self._seen - self._slack
+            for queue in exhausted:
+                old_since = self._since.get(queue)
+                self._since[queue] = since if sweep or old_since is None else max(old_since, since)
+        if sweep:
+            for queue in set(self._since) - set(exhausted):
+                del self._since[queue]
+        self.saw(at)
         if sweep:
             self._sweeps.done(began)
 

@@ -65,7 +65,10 @@ def claim(
                 room = limit - len(jobs)
                 if room <= 0:
                     break
-                jobs += take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
+                taken, at = take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
+                jobs += taken
+                if floors is not None:
+                    floors.saw(at)
     else:
         exclude = tuple(sorted(controlled))
         jobs = take(queues, limit, worker_id, lease_seconds, exclude=exclude, floors=floors, fair=fair)
@@ -73,5 +76,8 @@ def claim(
         room = limit - len(jobs)
         if room <= 0:
             break
-        jobs += take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
+        taken, at = take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
+        jobs += taken
+        if floors is not None:
+            floors.saw(at)
     return jobs, rescued

@@ -35,14 +35,14 @@ def take_rated(
     rate: Rate,
     *,
     fair: bool = False,
-) -> list[ClaimedJob]:
+) -> tuple[list[ClaimedJob], Any]:
     """Claim jobs of a kind limited by its rate alone: one statement locks a shard of the kind's
     window that has room, takes what that room allows and records the starts (rated_sql). The
-    shards are made on first use."""
+    shards are made on first use. Returns the jobs and the claim's database time (None: none)."""
     statement = rated_sql(queues, room, kind, rate, fair)
-    jobs, _ = run_claim(statement, worker_id, lease_seconds)
+    jobs, at = run_claim(statement, worker_id, lease_seconds)
     if jobs:
-        return jobs
+        return jobs, at
     with db.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
         cursor.execute(
             f"INSERT INTO {RATE} (kind, shard, buckets, counts)"
@@ -51,7 +51,7 @@ def take_rated(
             [kind, rate_shards(rate)],
         )
         made = cursor.rowcount > 0
-    return run_claim(statement, worker_id, lease_seconds)[0] if made else []
+    return run_claim(statement, worker_id, lease_seconds) if made else ([], None)
 
 
 def rate_bucket(rate: Rate, moment: Any) -> int:
@@ -126,15 +126,16 @@ def rated_sql(
 
 def take_limited(
     queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, limits: Limits
-) -> list[ClaimedJob]:
-    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it."""
+) -> tuple[list[ClaimedJob], Any]:
+    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it.
+    Returns the jobs and the claim's database time (None: none taken)."""
     if limits.max_running:
         room = min(room, _room_for(kind, limits.max_running))
     window = _RateWindow.lock(kind, limits.rate) if limits.rate else None
     if window is not None:
         room = min(room, window.room)
     if room <= 0:
-        return []
+        return [], None
     fair = (kind,) if limits.fair else ()
     if limits.per_key:
         jobs, started = take_ids(_pick_per_key(queues, room, kind, limits.per_key, fair), worker_id, lease_seconds)
@@ -142,7 +143,7 @@ def take_limited(
         jobs, started = run_claim(take_sql(queues, room, (), kind, fair=fair), worker_id, lease_seconds)
     if window is not None and jobs:
         window.record(len(jobs), started)
-    return jobs
+    return jobs, started
 
 
 @dataclass(slots=True)
@@ -193,10 +194,12 @@ def _pick_per_key(
     """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left.
 
     The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
-    backlog never blocks other keys); then each key's advisory lock is taken, in hash order, and
-    its RUNNING rows counted after the lock: a claimer that took the key's last slot has
-    committed by then, so two claimers never both fill it. Rows picked but not kept stay
-    PENDING, locked only until this transaction ends.
+    backlog never blocks other keys); then each key's advisory lock is tried, and its RUNNING rows
+    counted after the lock: a claimer that took the key's last slot has committed by then, so two
+    claimers never both fill it. A key another claimer holds is passed over, as SKIP LOCKED passes
+    over its rows: that claimer is filling it. (Waiting for it serialized the fleet: two claims'
+    candidates share a key almost always.) Rows picked but not kept stay PENDING, locked only
+    until this transaction ends.
     """
     sql, params = picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key, fair=fair)
     with db.cursor() as cursor:
@@ -204,16 +207,17 @@ def _pick_per_key(
         candidates = cursor.fetchall()  # (id, concurrency_key), best first
         keys = sorted({key for _, key in candidates if key is not None})
         running: dict[str, int] = {}
+        held: set[str] = set()
         if keys:
             cursor.execute(
-                "SELECT count(pg_advisory_xact_lock(hashtext(%s), hashtext(k)))"
-                " FROM (SELECT k FROM unnest(%s::text[]) AS k ORDER BY hashtext(k), k OFFSET 0) AS keys",
-                [f"reliableq:key:{kind}", keys],
+                "SELECT k FROM unnest(%s::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtext(%s), hashtext(k))",
+                [keys, f"reliableq:key:{kind}"],
             )
+            held = {key for (key,) in cursor.fetchall()}
             cursor.execute(
                 f"SELECT concurrency_key, count(*) FROM {JOB} WHERE status = {S.RUNNING} AND kind = %s"
                 " AND concurrency_key = ANY(%s) GROUP BY concurrency_key",
-                [kind, keys],
+                [kind, sorted(held)],
             )
             running = dict(cursor.fetchall())
     kept: list[uuid.UUID] = []
@@ -221,7 +225,7 @@ def _pick_per_key(
         if len(kept) >= room:
             break
         if key is not None:
-            if running.get(key, 0) >= per_key:
+            if key not in held or running.get(key, 0) >= per_key:
                 continue
             running[key] = running.get(key, 0) + 1
         kept.append(job_id)

@@ -189,6 +189,12 @@ def _floor_condition(queue: str) -> RawSQL:
     )
 
 
+def _since_condition(queue: str) -> RawSQL:
+    """Rows due since the queue's since (ClaimFloors.bound): run_at is in the due index, so rows
+    before it are passed over in the index, without a visit to the table."""
+    return RawSQL("run_at >= (%s)::timestamptz", (Floor(queue, 3),), output_field=BooleanField())
+
+
 # Job.objects.due() with the status as a literal: a prepared claim's generic plan, made without the
 # parameters' values, can then still prove the due index's predicate and read it.
 PENDING_DUE = RawSQL(
@@ -231,6 +237,8 @@ def picked_sql(
         due = Job.objects.filter(PENDING_DUE).filter(queue=queue).exclude(paused(queue))
         if floored:
             due = due.filter(_floor_condition(queue))
+            if exclude:  # the other kinds' backlog is never taken here: read only rows due since
+                due = due.filter(_since_condition(queue))
         if exclude:
             due = due.exclude(kind__in=list(exclude))
         if kind is not None:
@@ -323,7 +331,13 @@ def take(
     sql, params = take_sql(queues, limit, exclude, kind, floored=True)
     filled = tuple(floors.bound(p.queue, sweep=sweep)[p.part] if isinstance(p, Floor) else p for p in params)
     jobs, at = run_claim((sql, filled), worker_id, lease_seconds)
-    floors.claimed([(job.queue, job.priority, job.run_at, job.id) for job in jobs], at=at, sweep=sweep, began=began)
+    floors.claimed(
+        [(job.queue, job.priority, job.run_at, job.id) for job in jobs],
+        at=at,
+        sweep=sweep,
+        began=began,
+        exhausted=queues if len(jobs) < limit else (),
+    )
     return jobs
 
 

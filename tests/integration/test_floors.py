@@ -22,6 +22,7 @@ from reliableq.floors import ClaimFloors, RescueFloor
 from reliableq.models import Job, JobStatus
 from reliableq.queue import Finish, db
 from reliableq.queue import pick as jobqueue_pick
+from reliableq.registry import Limits, Rate
 
 from .helpers import expire, raw_connect
 
@@ -56,12 +57,19 @@ def pick_buffers(floors: ClaimFloors | None) -> int:
         params = tuple(
             floors.bound(p.queue, sweep=False)[p.part] if isinstance(p, jobqueue_pick.Floor) else p for p in params
         )
+    return explain_buffers(picked, params)
+
+
+def explain_buffers(picked: str, params: tuple) -> int:
     with db.atomic():
         with db.cursor() as cursor:
             # The due index, as the workers' picks read it (the plan guard keeps them on it): on a
             # table this small the planner may prefer to read it all, which would hide the walk.
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute("SET LOCAL enable_bitmapscan = off")
+            # Nor sort another index's rows: with every row of one kind, a pick that excludes it
+            # is estimated to find nothing, and any index would do.
+            cursor.execute("SET LOCAL enable_sort = off")
             cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {picked}", params[: picked.count("%s")])
             document = cursor.fetchone()[0]
         db.connection().set_rollback(True)
@@ -167,3 +175,56 @@ def test_a_sweep_under_a_held_snapshot_waits_in_proportion_to_what_it_cost() -> 
     assert not floors.sweeping()  # the next one waits 20 x 0.5 s: at most 5% of the worker's time
     clock.now = 12.6
     assert floors.sweeping()
+
+
+# -- a claim that excludes kinds: their backlog never moves its floor -------------------------------
+
+RATED = {"demo.noop": Limits(rate=Rate.parse("1000000/m"))}  # far above what these claims start
+
+
+def claim_limited(floors: ClaimFloors, limit: int = 10) -> list:
+    jobs, _ = jobqueue.claim(
+        worker_id="w-floor",
+        queues=("default",),
+        limit=limit,
+        lease_seconds=30,
+        limits=RATED,
+        rescue=False,
+        floors=floors,
+    )
+    return jobs
+
+
+def test_a_claim_excluding_a_limited_kind_reads_past_its_backlog_only_from_its_since() -> None:
+    clock = Clock()
+    floors = ClaimFloors(clock=clock, slack=1.0, sweep=60.0)
+    services.enqueue_many("demo.noop", [{}] * 3000)
+    Job.objects.update(run_at=F("run_at") - dt.timedelta(seconds=60))  # the limited kind's backlog
+    with db.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE reliableq_job")
+    # The first claim reads the queue from the start for the other kinds, through the whole backlog,
+    # and takes 10 of the rated kind: the database time of that start is this worker's last claim.
+    assert len(claim_limited(floors)) == 10
+    clock.now = 1.0
+    assert len(claim_limited(floors)) == 10  # the other kinds' pick found none: its since is set
+
+    def excluding_pick_buffers(since_of: ClaimFloors | None) -> int:
+        picked, params = jobqueue_pick.picked_sql(("default",), 10, ("demo.noop",), None, floored=True)
+        bound = (since_of or ClaimFloors()).bound
+        params = tuple(bound(p.queue, sweep=False)[p.part] if isinstance(p, jobqueue_pick.Floor) else p for p in params)
+        return explain_buffers(picked, params)
+
+    from_start, since = excluding_pick_buffers(None), excluding_pick_buffers(floors)
+    # Every row of the backlog checked against the table for its kind, against the index's own pages.
+    assert from_start > 1500, from_start
+    assert since < 100 and 20 * since < from_start, (since, from_start)
+
+    # What turns due now is above the since: taken at once. What is due from before it (an old run_at),
+    # like a row below a floor, waits for the next sweep.
+    fresh = reliableq.enqueue("demo.three_steps", {"n": 1})
+    old = reliableq.enqueue("demo.three_steps", {"n": 2})
+    Job.objects.filter(pk=old.pk).update(run_at=F("run_at") - dt.timedelta(seconds=30))
+    clock.now = 2.0
+    assert [j.id for j in claim_limited(floors) if j.kind != "demo.noop"] == [fresh.pk]
+    clock.now = 61.0
+    assert [j.id for j in claim_limited(floors) if j.kind != "demo.noop"] == [old.pk]
