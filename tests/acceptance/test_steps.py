@@ -110,4 +110,7 @@ def test_an_async_handlers_steps_outlive_their_connections_being_terminated(spaw
     assert job(second).status == JobStatus.SUCCEEDED, [
         (a.outcome, a.error[:80]) for a in Attempt.objects.filter(job_id=second)
     ]
-    assert runs(log, second) == {"one": 1, "two": 1, "three": 1}
+    # The first call to meet the broken connection may be step one's record: then step one ran
+    # before it and runs again (its record never committed); the others ran once.
+    counts = runs(log, second)
+    assert counts["one"] in (1, 2) and counts["two"] == 1 and counts["three"] == 1, counts
