@@ -15,7 +15,7 @@ import pytest
 
 from tests.bench.running import run_bench
 
-pytestmark = [pytest.mark.heavy, pytest.mark.slow]
+pytestmark = [pytest.mark.heavy, pytest.mark.slow, pytest.mark.nightly]  # the harness smoke: nightly
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT / ".pgdata" / "bench-ratio"

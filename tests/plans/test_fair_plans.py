@@ -95,6 +95,8 @@ def test_a_fair_claim_and_enqueue_stay_bounded_beside_10000_keys(state: str, pla
     assert not failures, "\n".join(failures) + "\n" + figures.table()
 
 
+# A million rows to load: minutes under coverage, so nightly (pytest -m nightly), as the bench smoke is.
+@pytest.mark.nightly
 @pytest.mark.parametrize("state", ["never analyzed", "analyzed empty"])
 def test_a_fair_claim_and_enqueue_stay_bounded_beside_one_key_of_a_million_due_jobs(
     state: str, plan_tables: None, figures: Figures

@@ -90,6 +90,7 @@ def test_every_worker_statement_stays_within_fixed_bounds(
     assert not failures, "\n".join(failures) + "\n" + figures.table()
 
 
+@pytest.mark.nightly  # a million rows to load: minutes under coverage (pytest -m nightly)
 def test_every_worker_statement_stays_within_fixed_bounds_beside_a_million_finished_jobs(
     plan_tables: None, figures: Figures
 ) -> None:
