@@ -16,17 +16,19 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 django.setup()
 
-from django.db import connection, transaction  # noqa: E402
+from django.db import connections, transaction  # noqa: E402
 
 import reliableq  # noqa: E402
+from reliableq.conf import queue_alias  # noqa: E402
 
 
 def main() -> None:
     n = int(sys.argv[1])
+    connection = connections[queue_alias()]  # the queue's: a database of its own when it has one
     connection.ensure_connection()
     print("ready", flush=True)
     sys.stdin.readline()
-    with transaction.atomic():
+    with transaction.atomic(using=queue_alias()):
         job = reliableq.enqueue("demo.noop", {"n": n}, unique_key="racing", debounce=60)
         with connection.cursor() as cursor:
             cursor.execute("SELECT (txid_current() % 4294967296)::text")

@@ -15,6 +15,7 @@ from django.db import transaction
 import reliableq
 from reliableq import queue as jobqueue
 from reliableq import registry, services
+from reliableq.conf import queue_alias
 from reliableq.errors import InvalidJob
 from reliableq.models import Attempt, Event, Job, JobStatus, Outcome, Step, StepKind
 from reliableq.queue import events, steps
@@ -139,7 +140,7 @@ def test_a_wait_parks_the_job_and_a_committed_emit_wakes_it_once(log: Path) -> N
     assert waiting.waiting_for == "order-42-paid" and waiting.max_attempts == 4
     assert not run_due(), "a waiting job is never claimed"
 
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=queue_alias()):  # the emitter's, on the queue's
         reliableq.emit("order-42-paid", {"amount": 1})
         raise RuntimeError("the emitter's transaction rolls back")
     assert job(job_id).status == JobStatus.WAITING and not Event.objects.exists()
