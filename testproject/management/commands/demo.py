@@ -296,14 +296,7 @@ class Command(BaseCommand):
             return uuid.UUID(json.loads(response.read())["id"])
 
     def cleanup(self) -> None:
-        for process in reversed(self.started):
-            processes.stop(process)
-        for log in self.logs:
-            log.close()
-        if embedded.started_here():
-            embedded.stop()
-            self.say("stopped the embedded PostgreSQL this demo started")
-        self.say(f"all processes stopped; logs in {LOG_DIR}")
+        cleanup(self.started, self.logs, self.say)
 
 
 def port_is_free(port: int) -> bool:
@@ -319,3 +312,16 @@ def port_is_free(port: int) -> bool:
 def interrupt(signum: int, frame: FrameType | None) -> None:
     """Handle SIGTERM as Ctrl-C: unwind through the clean-up that stops the children."""
     raise KeyboardInterrupt
+
+
+def cleanup(started: list[Any], logs: list[Any], say: Any) -> None:
+    """Stop what a demo started (its processes, newest first, and the embedded PostgreSQL if it
+    started it) and close its logs."""
+    for process in reversed(started):
+        processes.stop(process)
+    for log in logs:
+        log.close()
+    if embedded.started_here():
+        embedded.stop()
+        say("stopped the embedded PostgreSQL this demo started")
+    say(f"all processes stopped; logs in {LOG_DIR}")

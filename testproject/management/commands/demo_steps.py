@@ -20,11 +20,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import reliableq
 from reliableq.models import Attempt, Job, JobStatus, Step, StepKind
-from testproject import embedded, processes
+from testproject import processes
 from testproject.jobs import DEMO_STEPS
 from testproject.models import StepRun
 
-from .demo import LOG_DIR, interrupt
+from .demo import LOG_DIR, cleanup, interrupt
 
 KILL_AFTER = "pack"  # worker-A dies between this step and the next
 
@@ -119,11 +119,4 @@ class Command(BaseCommand):
         return ok
 
     def cleanup(self) -> None:
-        for process in reversed(self.started):
-            processes.stop(process)
-        for log in self.logs:
-            log.close()
-        if embedded.started_here():
-            embedded.stop()
-            self.say("stopped the embedded PostgreSQL this demo started")
-        self.say(f"all processes stopped; logs in {LOG_DIR}")
+        cleanup(self.started, self.logs, self.say)
