@@ -11,15 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django.db.models import BooleanField
-from django.db.models.expressions import RawSQL
-
 from ..floors import ClaimFloors
-from ..models import Job
 from . import db, door, fairness, functions, planguard
 from .makers import maker
 from .records import ClaimedJob
-from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, compile_sql, filter_only, json_value
+from .sql import ATTEMPT, DUE_INDEX, JOB, QUEUE, S, filter_only, json_value
 
 
 def guard_tables() -> None:
@@ -150,56 +146,81 @@ _TAKE_IDS_SQL = claim_sql(
 )
 
 
-def paused(queue: str) -> RawSQL:
-    """True while `queue` is paused, by database time. It names no row of the job table, so the
-    planner checks it once per statement (a one-time filter), not once per row."""
-    return RawSQL(
-        f"EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = %s AND {PAUSED_NOW})",
-        (queue,),
-        output_field=BooleanField(),
-    )
-
-
-# True for a row whose concurrency_key already has N RUNNING jobs of its kind (parameters: N, N).
+# True for a row whose concurrency_key already has N RUNNING jobs of its kind (parameters: N, N): a
+# hint, read without the key's lock (limits._pick_per_key decides under it).
 KEY_SATURATED = f"""(SELECT count(*) FROM (SELECT 1 FROM {JOB} r WHERE r.status = {S.RUNNING}
               AND r.kind = {JOB}.kind AND r.concurrency_key = {JOB}.concurrency_key LIMIT %s) AS running) >= %s"""
 
 
-def key_saturated(per_key: int) -> RawSQL:
-    """True for a row whose concurrency_key already has `per_key` RUNNING jobs of its kind (a hint:
-    read without the key's lock; _pick_per_key decides under it)."""
-    return RawSQL(KEY_SATURATED, (per_key, per_key), output_field=BooleanField())
-
-
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """A parameter of a floored pick, filled in at each claim: a queue's floor (priority, run_at, id)."""
+    """A parameter of a floored pick, filled in at each claim: a queue's floor (priority, run_at, id)
+    for parts 0 to 2, its since (ClaimFloors.bound) for part 3."""
 
     queue: str
     part: int
 
 
-def _floor_condition(queue: str) -> RawSQL:
-    """Rows at or past the queue's floor. A plain condition, so the due index's scan starts there
-    (after `queue =`, the index's next columns are priority, run_at and id: a row comparison bounds them)."""
-    return RawSQL(
-        "(priority, run_at, id) >= ((%s)::integer, (%s)::timestamptz, (%s)::uuid)",
-        (Floor(queue, 0), Floor(queue, 1), Floor(queue, 2)),
-        output_field=BooleanField(),
+def _arm(queue: str, limit: int, exclude: tuple[str, ...], kind: str | None, per_key: int | None,
+         names: tuple[str, ...], *, floored: bool) -> tuple[str, tuple[Any, ...]]:  # fmt: skip
+    """One queue's best `limit` due, unlocked rows, in (priority, run_at, id) order.
+
+    The due index is ordered (queue, priority, run_at, id): within one priority the rows due now come
+    first and the rows due later (sleeping jobs, retries in backoff, jobs enqueued to run tomorrow)
+    after them, so one scan of the queue would step over every one of those on each claim that
+    finds fewer than `limit` due rows. So the queue is walked a priority at a time: each priority's
+    rows are one index range bounded by `run_at <= now`, and the next priority is one index probe
+    (a loose scan: the priorities in use are few). The walk starts at the first PENDING row at or
+    past the floor (the first row in index order, due or not: the same ordered read the pick always
+    was), hands rows over in order and is pulled lazily, so the LIMIT ends it as soon as it has
+    enough: the next priority is probed only when one runs out of due rows.
+    """
+    pending = f"{JOB}.status = {S.PENDING} AND {JOB}.queue = %s"
+    not_paused = f"NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = %s AND {PAUSED_NOW})"
+    floor, floor_params = "", []
+    if floored:
+        floor = f" AND ({JOB}.priority, {JOB}.run_at, {JOB}.id) >= ((%s)::integer, (%s)::timestamptz, (%s)::uuid)"
+        floor_params = [Floor(queue, 0), Floor(queue, 1), Floor(queue, 2)]
+    # In the order of the statement: the walk's start, its step, then the range of each priority.
+    params: list[Any] = [queue, queue, *floor_params, queue, queue, queue, *floor_params]
+    filters = floor
+    if floored and exclude:  # the other kinds' backlog is never taken here: read only rows due since
+        filters += f" AND {JOB}.run_at >= (%s)::timestamptz"
+        params.append(Floor(queue, 3))
+    if exclude:
+        placeholders = ", ".join(["%s"] * len(exclude))  # one each: an array's estimate sent picks off the index
+        filters += f" AND {filter_only(f'{JOB}.kind NOT IN ({placeholders})')}"
+        params += exclude
+    if kind is not None:
+        filters += f" AND {filter_only(f'{JOB}.kind = %s')}"
+        params.append(kind)
+    if per_key:
+        filters += f" AND NOT {KEY_SATURATED}"
+        params += [per_key, per_key]
+    params.append(queue)  # the pause names no job row: a one-time filter, checked once per statement
+    columns = ", ".join(f"{JOB}.{name}" for name in names)
+    order = f"ORDER BY {JOB}.priority, {JOB}.run_at, {JOB}.id"
+    return (
+        f"""SELECT {", ".join(names)} FROM (
+            WITH RECURSIVE priorities(p) AS (
+                SELECT (SELECT {JOB}.priority FROM {JOB} WHERE {pending} AND {not_paused}{floor} {order} LIMIT 1)
+                UNION ALL
+                SELECT (SELECT {JOB}.priority FROM {JOB}
+                         WHERE {pending} AND {JOB}.priority > priorities.p AND {not_paused} {order} LIMIT 1)
+                  FROM priorities WHERE priorities.p IS NOT NULL
+            )
+            SELECT d.* FROM priorities CROSS JOIN LATERAL (
+                SELECT {columns} FROM {JOB}
+                 WHERE {pending} AND {JOB}.priority = priorities.p
+                   AND {JOB}.run_at <= statement_timestamp(){filters} AND {not_paused}
+                 ORDER BY {JOB}.run_at, {JOB}.id
+                 LIMIT {int(limit)}
+                   FOR UPDATE OF {JOB} SKIP LOCKED
+            ) d
+            LIMIT {int(limit)}
+        ) AS due""",
+        tuple(params),
     )
-
-
-def _since_condition(queue: str) -> RawSQL:
-    """Rows due since the queue's since (ClaimFloors.bound): run_at is in the due index, so rows
-    before it are passed over in the index, without a visit to the table."""
-    return RawSQL("run_at >= (%s)::timestamptz", (Floor(queue, 3),), output_field=BooleanField())
-
-
-# Job.objects.due() with the status as a literal: a prepared claim's generic plan, made without the
-# parameters' values, can then still prove the due index's predicate and read it.
-PENDING_DUE = RawSQL(
-    f"{JOB}.status = {S.PENDING} AND {JOB}.run_at <= statement_timestamp()", (), output_field=BooleanField()
-)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -215,47 +236,30 @@ def picked_sql(
 ) -> tuple[str, tuple[Any, ...]]:
     """Lock the best `limit` due rows of these queues: ids only, each queue read in due-index order.
 
-    With one queue, the due index hands rows over in (priority, run_at) order and the LIMIT
-    stops the scan. That index is ordered by queue first, so several queues cannot be read in
-    one ordered pass: a single query would sort every due row of every queue (the whole backlog)
-    to keep `limit` of them. Instead each queue gives its own best `limit` unlocked rows (one
-    bounded index scan each) and the best `limit` of those are kept: the same rows, since the
-    global best `limit` are among each queue's best `limit`. The rows a queue gave but that were
-    not kept stay locked, unchanged, until this claim commits; other claimers skip them meanwhile.
-    A paused queue's arm gives nothing. With `per_key`, rows whose concurrency_key is saturated
-    are passed over, and each row's key comes with its id. `floored` picks read each queue from
-    its floor, a parameter (Floor) the claim fills in (reliableq.floors). Rows of the `fair` kinds
-    stand for as many of those kinds' due jobs in turn order (fairness.substituted).
+    Each queue gives its own best `limit` unlocked rows (_arm: bounded index ranges) and, with
+    several queues, the best `limit` of those are kept: the same rows, since the global best
+    `limit` are among each queue's best `limit` (one index read across queues cannot give them in
+    order: the index is ordered by queue first). The rows a queue gave but that were not kept stay
+    locked, unchanged, until this claim commits; other claimers skip them meanwhile. A paused
+    queue's arm gives nothing. With `per_key`, rows whose concurrency_key is saturated are passed
+    over, and each row's key comes with its id. `floored` picks read each queue from its floor, a
+    parameter (Floor) the claim fills in (reliableq.floors). Rows of the `fair` kinds stand for as
+    many of those kinds' due jobs in turn order (fairness.substituted).
     """
     if not queues:
         raise ValueError("A claim needs at least one queue.")
-    columns = ["id", "priority", "run_at"] + (["concurrency_key"] if per_key else [])
+    names = ["id", "priority", "run_at"] + (["concurrency_key"] if per_key else [])
     if fair:
-        columns += ["kind", "queue", "fair_seq"]
-    arms = []
-    for queue in dict.fromkeys(queues):
-        due = Job.objects.filter(PENDING_DUE).filter(queue=queue).exclude(paused(queue))
-        if floored:
-            due = due.filter(_floor_condition(queue))
-            if exclude:  # the other kinds' backlog is never taken here: read only rows due since
-                due = due.filter(_since_condition(queue))
-        if exclude:
-            due = due.exclude(kind__in=list(exclude))
-        if kind is not None:
-            due = due.filter(filter_only("kind = %s", [kind]))
-        if per_key:
-            due = due.exclude(key_saturated(per_key))
-        ordered = due.order_by("priority", "run_at", "id").values(*columns)
-        arms.append(ordered.select_for_update(skip_locked=True)[:limit])
-    with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
-        compiled = [compile_sql(arm) for arm in arms]
-    picked = ", ".join(columns) if fair else "id, concurrency_key" if per_key else "id"
-    if len(compiled) == 1:
-        [(sql, params)] = compiled
-        main = f"SELECT {picked} FROM ({sql}) AS due"
+        names += ["kind", "queue", "fair_seq"]
+    arms = [
+        _arm(queue, limit, exclude, kind, per_key, tuple(names), floored=floored) for queue in dict.fromkeys(queues)
+    ]
+    picked = ", ".join(names) if fair else "id, concurrency_key" if per_key else "id"
+    params = tuple(p for _, arm_params in arms for p in arm_params)
+    if len(arms) == 1:
+        main = f"SELECT {picked} FROM ({arms[0][0]}) AS picked_due"
     else:
-        union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(compiled))
-        params = tuple(p for _, arm_params in compiled for p in arm_params)
+        union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS due_{n}" for n, (sql, _) in enumerate(arms))
         main = f"SELECT {picked} FROM ({union}) AS due ORDER BY priority, run_at, id LIMIT {int(limit)}"
     if not fair:
         return main, params

@@ -8,16 +8,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import BooleanField
-from django.db.models.expressions import RawSQL
-
 from ..floors import RescueFloor
-from ..models import Job, JobStatus
+from ..models import JobStatus
 from . import db, door
 from .enqueue import CHANNEL
 from .pick import Floor
 from .records import Rescued
-from .sql import ATTEMPT, JOB, S, attempts_of, compile_sql, filter_only
+from .sql import ATTEMPT, JOB, S, attempts_of, filter_only
 
 logger = logging.getLogger("reliableq.queue")
 
@@ -86,14 +83,14 @@ def rescue_sql(queues: tuple[str, ...], floored: bool = False) -> tuple[str, tup
     transaction: PostgreSQL folds identical ones): the leader that rescues it may not serve its queue,
     and the others would otherwise find it only at their next poll.
     """
-    found = Job.objects.expired()
-    if floored:
-        found = found.filter(RawSQL("lease_expires_at >= (%s)::timestamptz", (_SINCE,), output_field=BooleanField()))
-    if queues:  # none: every queue (the maintenance leader's rescue, for the whole fleet)
-        found = found.filter(filter_only("queue = ANY(%s)", [list(queues)]))
-    expired = found.order_by("lease_expires_at").values("id").select_for_update(skip_locked=True)[:RESCUE_BATCH]
-    with db.atomic():  # the ORM compiles FOR UPDATE only inside a transaction; nothing is sent here
-        expired_sql, expired_params = compile_sql(expired)
+    # Ordered by the lease index's own column, so the batch is the lease index's first rows. The
+    # queues are a filter only: the admin's (queue, created_at) index must not be read for them.
+    since = f" AND {JOB}.lease_expires_at >= (%s)::timestamptz" if floored else ""
+    among = f" AND {filter_only(f'{JOB}.queue = ANY(%s)')}" if queues else ""  # none: every queue (the leader's)
+    expired_sql = f"""SELECT {JOB}.id FROM {JOB}
+         WHERE {JOB}.status = {S.RUNNING} AND {JOB}.lease_expires_at <= statement_timestamp(){since}{among}
+         ORDER BY {JOB}.lease_expires_at LIMIT {RESCUE_BATCH} FOR UPDATE SKIP LOCKED"""
+    expired_params = (*((_SINCE,) if floored else ()), *(([*queues],) if queues else ()))
     return (
         door.statement(
             "rescue_floored" if floored else "rescue",

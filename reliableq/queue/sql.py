@@ -5,12 +5,8 @@ statement's plan on keys (see the package's docstring)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, cast
-
-from django.db.models import BooleanField
-from django.db.models.expressions import RawSQL
 
 from ..models import (
     Attempt,
@@ -91,17 +87,12 @@ DUE_INDEX = "reliableq_job_due"  # the partial index every pick of due jobs shou
 RUNNING_FENCE = f"(j.status = {S.RUNNING}) IS TRUE"
 
 
-def compile_sql(queryset: Any) -> tuple[str, tuple[Any, ...]]:
-    sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
-    return sql, tuple(params)
-
-
 def json_value(value: Any) -> dict[str, Any]:
     # Django registers a text loader for jsonb on psycopg 3, so raw cursors see strings.
     return cast(dict[str, Any], json.loads(value) if isinstance(value, str) else value)
 
 
-def filter_only(condition: str, params: Sequence[Any]) -> RawSQL:
+def filter_only(condition: str) -> str:
     """A condition the planner checks on each row it reads but never uses to choose an index.
 
     The admin's history indexes (queue, kind or status, then created_at) match a plain condition
@@ -109,7 +100,7 @@ def filter_only(condition: str, params: Sequence[Any]) -> RawSQL:
     read the whole history of a queue or a kind to find a few due or expired rows. In a WHERE
     clause `(...) IS TRUE` means the same, and no index matches it.
     """
-    return RawSQL(f"({condition}) IS TRUE", tuple(params), output_field=BooleanField())
+    return f"({condition}) IS TRUE"
 
 
 def attempts_of(keys: str, match: str) -> str:

@@ -13,7 +13,6 @@ from django.db import connection, transaction
 from reliableq import queue as jobqueue
 from reliableq.queue import pick as jobqueue_pick
 from reliableq.queue import planguard
-from reliableq.queue import sql as jobqueue_sql
 from testproject import dburl
 
 from . import tables
@@ -31,7 +30,8 @@ def pick() -> tuple[str, tuple[object, ...]]:
 
     due = Job.objects.due().filter(queue="default").order_by("priority", "run_at").values("id", "priority", "run_at")
     with transaction.atomic():
-        return jobqueue_sql.compile_sql(due.select_for_update(skip_locked=True)[:10])
+        sql, params = due.select_for_update(skip_locked=True)[:10].query.sql_with_params()
+        return sql, tuple(params)
 
 
 def pick_reads() -> list[str]:
@@ -65,7 +65,7 @@ def test_a_claim_with_rescue_leaves_its_pick_on_the_due_index(plan_tables: None)
     jobs, rescued = jobqueue.claim(worker_id="w-plans", queues=("default",), limit=10, lease_seconds=30)
     assert len(jobs) == 10 and rescued
     claim_pick = jobqueue_pick.picked_sql(("default",), 10, (), None)
-    assert planguard.scans(planguard.plan_of(*claim_pick), tables.JOB) == [jobqueue.DUE_INDEX]
+    assert set(planguard.scans(planguard.plan_of(*claim_pick), tables.JOB)) == {jobqueue.DUE_INDEX}  # walk and ranges
 
 
 def test_right_statistics_are_left_alone(plan_tables: None) -> None:
