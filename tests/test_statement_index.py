@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -55,3 +56,61 @@ def test_the_command_prints_a_statement_under_its_name_and_refuses_an_unknown_on
 
     with pytest.raises(CommandError, match="No statement named nope"):
         call_command("reliableq_statements", "nope")
+
+
+# The calls that send a statement, by name, and the position of the statement among their arguments:
+# a cursor's (Django's, psycopg's, a psycopg connection's), db.run/db.fetch, door.run, the plan guard's
+# and the token lookup's helpers.
+SENDS = {"execute": 0, "executemany": 0, "fetch": 0, "run": 1, "fetch_one": 1, "plan_of": 0, "keep_index": 0}
+# (file, the start of the literal): the only statements that may be written where they are sent.
+INLINE_ALLOWED = {
+    ("planguard.py", "EXPLAIN (FORMAT JSON) "): "its text is the statement the caller hands it",
+    ("planguard.py", "ANALYZE "): "its text is a table's name",
+    ("rescues.py", "SELECT now()"): "rescues.py is being changed on main; moved once that lands",
+}
+
+
+def inline_statements(root: Path) -> list[tuple[str, int, str]]:
+    """(file, line, the literal's start) of each str or f-string literal handed to a call that sends it."""
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            position = SENDS.get(called)
+            if position is None:
+                continue
+            given = node.args[position] if len(node.args) > position else None
+            if given is None:
+                given = next((k.value for k in node.keywords if k.arg == "sql"), None)
+            if isinstance(given, ast.JoinedStr):
+                first = given.values[0] if given.values else None
+                start = first.value if isinstance(first, ast.Constant) else ""
+            elif isinstance(given, ast.Constant) and isinstance(given.value, str):
+                start = given.value
+            else:
+                continue
+            found.append((path.name, node.lineno, str(start).strip()))
+    return found
+
+
+def test_no_statement_is_sent_inline() -> None:
+    """Every statement the layer sends is a module-level *_SQL (or made by a function listed in
+    statements.SHAPES), so that the index shows it: a literal handed to execute() fails here."""
+    inline = [
+        (name, line, start)
+        for name, line, start in inline_statements(ROOT / "reliableq" / "queue")
+        if not any(name == file and start.startswith(prefix.strip()) for file, prefix in INLINE_ALLOWED)
+    ]
+    assert inline == [], "statements sent inline: move each to a module-level <WHAT>_SQL"
+
+
+def test_the_inline_check_finds_a_literal(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        'def f(cursor, db, x):\n    cursor.execute("SELECT 1")\n    db.run(cursor, f"SELECT {x}", [])\n'
+        "    cursor.execute(X_SQL)\n",
+        encoding="utf-8",
+    )
+    assert inline_statements(tmp_path) == [("m.py", 2, "SELECT 1"), ("m.py", 3, "SELECT")]

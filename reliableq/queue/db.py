@@ -128,6 +128,9 @@ _direct: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 PREPARE_THRESHOLD = 2**31 - 1  # explicit prepare=True only: no other statement of the connection is prepared
 
 
+_BACKEND_PID_SQL = "SELECT pg_backend_pid()"
+
+
 def _may_prepare(raw: Any) -> bool:
     known = _direct.get(raw)
     if known is not None:
@@ -139,7 +142,7 @@ def _may_prepare(raw: Any) -> bool:
     # A pooler answers the startup with a cancel key of its own, so the process id it gives differs
     # from the server process's: PgBouncer, Odyssey and the hosted proxies all relay cancels this way.
     with raw.cursor() as probe:
-        probe.execute("SELECT pg_backend_pid()")
+        probe.execute(_BACKEND_PID_SQL)
         row = probe.fetchone()
     direct = row is not None and row[0] == info.backend_pid
     if direct and raw.prepare_threshold is None:  # Django's default: psycopg prepares nothing

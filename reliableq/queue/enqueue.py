@@ -168,8 +168,8 @@ def _submit_many_sql(held: str) -> str:
 """
 
 
-_SUBMIT_MANY_BOUNDED = _submit_many_sql(HELD_SQL)
-_SUBMIT_MANY_UNBOUNDED = _submit_many_sql("SELECT 0 AS n")
+_SUBMIT_MANY_BOUNDED_SQL = _submit_many_sql(HELD_SQL)
+_SUBMIT_MANY_UNBOUNDED_SQL = _submit_many_sql("SELECT 0 AS n")
 
 
 def insert_one(
@@ -221,10 +221,29 @@ def insert_many(columns: Sequence[Any], *, count: int, scope: str, bound: int | 
     columns = [*columns[4:14], *columns[:4], *columns[14:]]
     with db.cursor() as cursor:
         if bound is None:
-            cursor.execute(_SUBMIT_MANY_UNBOUNDED, [*columns, count])
+            cursor.execute(_SUBMIT_MANY_UNBOUNDED_SQL, [*columns, count])
         else:
-            cursor.execute(_SUBMIT_MANY_BOUNDED, [scope, bound, *columns, bound])
+            cursor.execute(_SUBMIT_MANY_BOUNDED_SQL, [scope, bound, *columns, bound])
         return tuple(cursor.fetchone())
+
+
+@functools.cache
+def _of_kind_sql(keyed: bool | None) -> str:
+    """insert_of_kind's INSERT: a fair kind's jobs (`keyed` not None) take their key's next turns."""
+    seq = "NULL::float8" if keyed is None else f"{first_turn_sql(keyed=keyed)} + %s * (new.ord - 1)"
+    return f"""
+            WITH inserted AS (
+                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
+                                   worker_id, last_error, concurrency_key, trace_context, created_at, updated_at,
+                                   fair_key, fair_seq)
+                SELECT new.id, %s, %s, %s, new.payload::jsonb, {S.PENDING}, 0, %s,
+                       GREATEST(COALESCE(%s, now()), now()), '', '', %s, %s::jsonb, now(), now(), %s, {seq}
+                  FROM unnest(%s::uuid[], %s::text[]) WITH ORDINALITY AS new(id, payload, ord)
+                RETURNING run_at, queue
+            )
+            -- One wake-up for the queue, delivered when (and only if) the transaction commits.
+            SELECT count(*), CASE WHEN bool_or(run_at <= now()) THEN pg_notify('{CHANNEL}', %s) END FROM inserted
+            """
 
 
 def insert_of_kind(
@@ -243,25 +262,12 @@ def insert_of_kind(
     """INSERT many jobs of one kind in one statement, with one wake-up of the queue; return how many.
     With `turn` (a fair kind), the jobs take their key's next turns, one stride apart."""
     fair: list[Any] = [None]
-    seq = "NULL::float8"
+    keyed = None if turn is None else turn.key is not None
     if turn is not None:
-        seq = f"{first_turn_sql(keyed=turn.key is not None)} + %s * (new.ord - 1)"
         fair = [turn.key, *first_turn_params(queue, kind, priority, turn), turn.stride]
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            WITH inserted AS (
-                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
-                                   worker_id, last_error, concurrency_key, trace_context, created_at, updated_at,
-                                   fair_key, fair_seq)
-                SELECT new.id, %s, %s, %s, new.payload::jsonb, {S.PENDING}, 0, %s,
-                       GREATEST(COALESCE(%s, now()), now()), '', '', %s, %s::jsonb, now(), now(), %s, {seq}
-                  FROM unnest(%s::uuid[], %s::text[]) WITH ORDINALITY AS new(id, payload, ord)
-                RETURNING run_at, queue
-            )
-            -- One wake-up for the queue, delivered when (and only if) the transaction commits.
-            SELECT count(*), CASE WHEN bool_or(run_at <= now()) THEN pg_notify('{CHANNEL}', %s) END FROM inserted
-            """,
+            _of_kind_sql(keyed),
             (kind, queue, priority, budget, run_at, concurrency_key, trace_context, *fair, list(ids), list(payloads),
              queue),
         )  # fmt: skip
@@ -269,7 +275,10 @@ def insert_of_kind(
     return int(count)
 
 
+NOTIFY_QUEUE_SQL = "SELECT pg_notify(%s, %s)"
+
+
 def notify(queue: str) -> None:
     """Wake the queue's idle workers once this transaction commits."""
     with db.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+        cursor.execute(NOTIFY_QUEUE_SQL, [CHANNEL, queue])

@@ -72,10 +72,13 @@ def wake_timeouts(*, limit: int = 1000) -> int:
         return int(cursor.fetchone()[0])
 
 
+_EVENT_SQL = f"SELECT name, payload, emitted_at, emitted_by FROM {EVENT} WHERE name = %s"
+
+
 def event(name: str) -> dict[str, Any] | None:
     """The event `name` as stored (name, payload, emitted_at, emitted_by), or None."""
     with db.cursor() as cursor:
-        cursor.execute(f"SELECT name, payload, emitted_at, emitted_by FROM {EVENT} WHERE name = %s", [name])
+        cursor.execute(_EVENT_SQL, [name])
         row = cursor.fetchone()
     if row is None:
         return None

@@ -18,6 +18,24 @@ from .events import lock_of
 from .records import Finish, FinishResult
 from .sql import ATTEMPT, EVENT, JOB, RETURN_VALUE, RUNNING_FENCE, STEP, S, attempts_of
 
+_RENEW_SQL = f"""
+            WITH free AS MATERIALIZED (
+                SELECT j.id FROM {JOB} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id FOR UPDATE SKIP LOCKED
+            ),
+            renewed AS (
+                UPDATE {JOB} j
+                   SET lease_expires_at = now() + make_interval(secs => %s)
+                  FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND {RUNNING_FENCE}
+                   AND j.id = held.id AND j.lease_token = held.token
+             RETURNING j.id, j.cancel_requested_at IS NOT NULL
+            )
+            SELECT * FROM renewed
+             UNION ALL
+            SELECT b.id, false FROM {JOB} b
+             WHERE b.id = ANY(%s::uuid[]) AND NOT (b.id = ANY(ARRAY(SELECT id FROM free)))
+            """
+
 
 def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float) -> dict[uuid.UUID, bool]:
     """Extend every lease this process holds in one statement.
@@ -38,26 +56,17 @@ def renew(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, lease_seconds: float
     with db.cursor() as cursor:
         db.run(
             cursor,
-            f"""
-            WITH free AS MATERIALIZED (
-                SELECT j.id FROM {JOB} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id FOR UPDATE SKIP LOCKED
-            ),
-            renewed AS (
-                UPDATE {JOB} j
-                   SET lease_expires_at = now() + make_interval(secs => %s)
-                  FROM unnest(%s::uuid[], %s::uuid[]) AS held(id, token)
-                 WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND {RUNNING_FENCE}
-                   AND j.id = held.id AND j.lease_token = held.token
-             RETURNING j.id, j.cancel_requested_at IS NOT NULL
-            )
-            SELECT * FROM renewed
-             UNION ALL
-            SELECT b.id, false FROM {JOB} b
-             WHERE b.id = ANY(%s::uuid[]) AND NOT (b.id = ANY(ARRAY(SELECT id FROM free)))
-            """,
+            _RENEW_SQL,
             (list(ids), float(lease_seconds), list(ids), list(tokens), list(ids)),
         )
         return dict(cursor.fetchall())
+
+
+_PROGRESS_SQL = f"""
+            UPDATE {JOB} j SET progress = v.progress::jsonb || jsonb_build_object('at', now())
+              FROM unnest(%s::uuid[], %s::uuid[], %s::text[]) AS v(id, token, progress)
+             WHERE j.id = ANY(%s::uuid[]) AND {RUNNING_FENCE} AND j.id = v.id AND j.lease_token = v.token
+            """
 
 
 def record_progress(reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]) -> int:
@@ -68,14 +77,28 @@ def record_progress(reports: Iterable[tuple[uuid.UUID, uuid.UUID, dict[str, Any]
     ids, tokens, values = zip(*reports, strict=True)
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            UPDATE {JOB} j SET progress = v.progress::jsonb || jsonb_build_object('at', now())
-              FROM unnest(%s::uuid[], %s::uuid[], %s::text[]) AS v(id, token, progress)
-             WHERE j.id = ANY(%s::uuid[]) AND {RUNNING_FENCE} AND j.id = v.id AND j.lease_token = v.token
-            """,
+            _PROGRESS_SQL,
             (list(ids), list(tokens), [json.dumps(v) for v in values], list(ids)),
         )
         return int(cursor.rowcount)
+
+
+_MARK_LOST_SQL = f"""
+            WITH lost AS MATERIALIZED (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
+            found AS MATERIALIZED (
+                SELECT a.id, a.job_id, a.outcome FROM {ATTEMPT} a
+                 WHERE a.id = ANY({attempts_of("lost", "o.lease_token = k.token")})
+            ),
+            marked AS (
+                UPDATE {ATTEMPT} a
+                   SET outcome = {S.LEASE_LOST}, finished_at = now(), error = %s
+                 WHERE a.id = ANY(ARRAY(SELECT id FROM found)) AND a.outcome = {S.RUNNING}
+             RETURNING a.job_id
+            )
+            SELECT job_id FROM marked
+            UNION
+            SELECT job_id FROM found WHERE outcome IN ({S.LEASE_EXPIRED}, {S.LEASE_LOST})
+            """
 
 
 def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> set[uuid.UUID]:
@@ -92,22 +115,7 @@ def mark_lost(leases: Iterable[tuple[uuid.UUID, uuid.UUID]], *, reason: str) -> 
     # A lease token belongs to one attempt of its job: `found` holds it, by one probe per job.
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            WITH lost AS MATERIALIZED (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS lost(id, token)),
-            found AS MATERIALIZED (
-                SELECT a.id, a.job_id, a.outcome FROM {ATTEMPT} a
-                 WHERE a.id = ANY({attempts_of("lost", "o.lease_token = k.token")})
-            ),
-            marked AS (
-                UPDATE {ATTEMPT} a
-                   SET outcome = {S.LEASE_LOST}, finished_at = now(), error = %s
-                 WHERE a.id = ANY(ARRAY(SELECT id FROM found)) AND a.outcome = {S.RUNNING}
-             RETURNING a.job_id
-            )
-            SELECT job_id FROM marked
-            UNION
-            SELECT job_id FROM found WHERE outcome IN ({S.LEASE_EXPIRED}, {S.LEASE_LOST})
-            """,
+            _MARK_LOST_SQL,
             (list(ids), list(tokens), reason),
         )
         return {row[0] for row in cursor.fetchall()}
@@ -154,16 +162,19 @@ def release_unacknowledged(*, worker_id: str, known: Iterable[uuid.UUID]) -> lis
         return [row[0] for row in rows]
 
 
+_STORE_RETURNS_SQL = f"""
+            INSERT INTO {RETURN_VALUE} (job_id, value)
+            SELECT id, value::jsonb FROM unnest(%s::uuid[], %s::text[]) AS r(id, value)
+            ON CONFLICT (job_id) DO UPDATE SET value = EXCLUDED.value
+            """
+
+
 def _store_returns(finishes: Sequence[Finish]) -> None:
     """Inside the finish transaction: keep the return values of the attempts that passed the fence."""
     with db.cursor() as cursor:
         db.run(
             cursor,
-            f"""
-            INSERT INTO {RETURN_VALUE} (job_id, value)
-            SELECT id, value::jsonb FROM unnest(%s::uuid[], %s::text[]) AS r(id, value)
-            ON CONFLICT (job_id) DO UPDATE SET value = EXCLUDED.value
-            """,
+            _STORE_RETURNS_SQL,
             ([f.job_id for f in finishes], [json.dumps(f.return_value) for f in finishes]),
         )
 

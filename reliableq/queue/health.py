@@ -17,6 +17,9 @@ def unmigrated() -> str | None:
     return found[0] if found and "not applied" in found[0] else None
 
 
+_READ_ONLY_SQL = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean"
+
+
 def problems() -> list[str]:
     """What keeps this process from being ready; empty when it is ready."""
     global _migrated
@@ -24,7 +27,7 @@ def problems() -> list[str]:
     try:
         with connection.cursor() as cursor:
             # A standby answers reads but refuses every write: not ready, whatever SELECT 1 says.
-            cursor.execute("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean")
+            cursor.execute(_READ_ONLY_SQL)
             (read_only,) = cursor.fetchone()
         if read_only:
             connection.close()  # the next check connects again: a DNS name may have moved to the new primary

@@ -28,11 +28,7 @@ class Horizon:
     holder: str  # what holds it, for people: "pid 123 (idle in transaction, psql)", "prepared 'x'", ...
 
 
-def horizon() -> Horizon:
-    """The oldest holder of this database's xmin horizon, by database time."""
-    with db.cursor() as cursor:
-        cursor.execute(
-            """
+_HORIZON_SQL = """
             WITH holders AS (
                 SELECT extract(epoch FROM now() - xact_start)::float8 AS seconds, age(backend_xmin) AS xids,
                        format('pid %s (%s, %s)', pid, state, COALESCE(NULLIF(application_name, ''), usename)) AS who
@@ -51,14 +47,22 @@ def horizon() -> Horizon:
                    COALESCE((SELECT who FROM holders ORDER BY xids DESC NULLS LAST LIMIT 1), '')
               FROM holders
             """
-        )
+
+
+def horizon() -> Horizon:
+    """The oldest holder of this database's xmin horizon, by database time."""
+    with db.cursor() as cursor:
+        cursor.execute(_HORIZON_SQL)
         seconds, xids, who = cursor.fetchone()
     return Horizon(age_seconds=max(0.0, float(seconds)), age_xids=int(xids), holder=who)
+
+
+_DEAD_TUPLES_SQL = "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)"
 
 
 def dead_tuples() -> dict[str, int]:
     """Dead row versions per queue table, as the statistics collector last counted them."""
     with db.cursor() as cursor:
-        cursor.execute("SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)", [list(TABLES)])
+        cursor.execute(_DEAD_TUPLES_SQL, [list(TABLES)])
         found = dict(cursor.fetchall())
     return {table: int(found.get(table, 0)) for table in TABLES}

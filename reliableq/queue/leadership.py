@@ -15,16 +15,7 @@ from . import db
 LEADER = Leader._meta.db_table
 
 
-def lead(name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
-    """Take or keep the duty `name` for `seconds`; the token it is held under now, or None.
-
-    `token` is the one the caller holds (None if it holds none): a renewal with the current
-    token extends the lease; a free or expired duty is taken under a new token; anything else
-    (another holder's unexpired lease, a stale token) leaves the row alone and answers None.
-    """
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
+_LEAD_SQL = f"""
             INSERT INTO {LEADER} (name, holder, token, expires_at)
             VALUES (%s, %s, gen_random_uuid(), statement_timestamp() + make_interval(secs => %s))
             ON CONFLICT (name) DO UPDATE
@@ -36,15 +27,30 @@ def lead(name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> 
                     AND {LEADER}.expires_at > statement_timestamp())
                 OR {LEADER}.expires_at <= statement_timestamp()
             RETURNING token
-            """,
+            """
+
+
+def lead(name: str, *, holder: str, seconds: float, token: uuid.UUID | None) -> uuid.UUID | None:
+    """Take or keep the duty `name` for `seconds`; the token it is held under now, or None.
+
+    `token` is the one the caller holds (None if it holds none): a renewal with the current
+    token extends the lease; a free or expired duty is taken under a new token; anything else
+    (another holder's unexpired lease, a stale token) leaves the row alone and answers None.
+    """
+    with db.cursor() as cursor:
+        cursor.execute(
+            _LEAD_SQL,
             [name, holder, float(seconds), token, token],
         )
         row = cursor.fetchone()
     return None if row is None else row[0]
 
 
+_RESIGN_SQL = f"DELETE FROM {LEADER} WHERE name = %s AND token = %s"
+
+
 def resign(name: str, *, token: uuid.UUID) -> bool:
     """Give the duty up at once (a worker shutting down), if it is still held under `token`."""
     with db.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {LEADER} WHERE name = %s AND token = %s", [name, token])
+        cursor.execute(_RESIGN_SQL, [name, token])
         return bool(cursor.rowcount == 1)

@@ -26,6 +26,13 @@ RATE_SHARDS = 8  # a rated kind's N is shared by up to this many rows, each lock
 KEY_CANDIDATES = 4  # a per-key claim looks at this many due rows per free slot, past saturated keys
 
 
+_MAKE_SHARDS_SQL = (
+    f"INSERT INTO {RATE} (kind, shard, buckets, counts)"
+    f" SELECT %s, shard, '{{}}', '{{}}' FROM generate_series(0, %s - 1) AS shard"
+    " ON CONFLICT (kind, shard) DO NOTHING"
+)
+
+
 def take_rated(
     queues: tuple[str, ...],
     room: int,
@@ -45,9 +52,7 @@ def take_rated(
         return jobs, at
     with db.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
         cursor.execute(
-            f"INSERT INTO {RATE} (kind, shard, buckets, counts)"
-            f" SELECT %s, shard, '{{}}', '{{}}' FROM generate_series(0, %s - 1) AS shard"
-            " ON CONFLICT (kind, shard) DO NOTHING",
+            _MAKE_SHARDS_SQL,
             [kind, rate_shards(rate)],
         )
         made = cursor.rowcount > 0
@@ -146,6 +151,16 @@ def take_limited(
     return jobs, started
 
 
+_LOCK_WINDOW_SQL = f"""
+                INSERT INTO {RATE} (kind, shard, buckets, counts) VALUES (%s, 0, '{{}}', '{{}}')
+                ON CONFLICT (kind, shard) DO UPDATE SET kind = EXCLUDED.kind
+                RETURNING buckets, counts, statement_timestamp()
+                """
+
+
+_RECORD_WINDOW_SQL = f"UPDATE {RATE} SET buckets = %s, counts = %s WHERE kind = %s AND shard = 0"
+
+
 @dataclass(slots=True)
 class _RateWindow:
     """A rate-limited kind's window, locked for this claim transaction (see models.RateWindow).
@@ -165,11 +180,7 @@ class _RateWindow:
         """Lock the kind's row (made on first use) and count the starts in the window ending now."""
         with db.cursor() as cursor:
             cursor.execute(
-                f"""
-                INSERT INTO {RATE} (kind, shard, buckets, counts) VALUES (%s, 0, '{{}}', '{{}}')
-                ON CONFLICT (kind, shard) DO UPDATE SET kind = EXCLUDED.kind
-                RETURNING buckets, counts, statement_timestamp()
-                """,
+                _LOCK_WINDOW_SQL,
                 [kind],
             )
             buckets, counts, now = cursor.fetchone()
@@ -183,9 +194,18 @@ class _RateWindow:
         kept[now] = kept.get(now, 0) + started
         with db.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {RATE} SET buckets = %s, counts = %s WHERE kind = %s AND shard = 0",
+                _RECORD_WINDOW_SQL,
                 [list(kept), list(kept.values()), self.kind],
             )
+
+
+_TRY_KEYS_SQL = "SELECT k FROM unnest(%s::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtext(%s), hashtext(k))"
+
+
+_RUNNING_PER_KEY_SQL = (
+    f"SELECT concurrency_key, count(*) FROM {JOB} WHERE status = {S.RUNNING} AND kind = %s"
+    " AND concurrency_key = ANY(%s) GROUP BY concurrency_key"
+)
 
 
 def _pick_per_key(
@@ -210,13 +230,12 @@ def _pick_per_key(
         held: set[str] = set()
         if keys:
             cursor.execute(
-                "SELECT k FROM unnest(%s::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtext(%s), hashtext(k))",
+                _TRY_KEYS_SQL,
                 [keys, f"reliableq:key:{kind}"],
             )
             held = {key for (key,) in cursor.fetchall()}
             cursor.execute(
-                f"SELECT concurrency_key, count(*) FROM {JOB} WHERE status = {S.RUNNING} AND kind = %s"
-                " AND concurrency_key = ANY(%s) GROUP BY concurrency_key",
+                _RUNNING_PER_KEY_SQL,
                 [kind, sorted(held)],
             )
             running = dict(cursor.fetchall())
@@ -232,6 +251,14 @@ def _pick_per_key(
     return kept
 
 
+_KIND_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
+
+
+_RUNNING_OF_KIND_SQL = (
+    f"SELECT count(*) FROM (SELECT kind FROM {JOB} WHERE status = {S.RUNNING} OFFSET 0) AS running WHERE kind = %s"
+)
+
+
 def _room_for(kind: str, cap: int) -> int:
     """How many more `kind` jobs may start fleet-wide; holds the kind's lock until commit.
 
@@ -239,13 +266,12 @@ def _room_for(kind: str, cap: int) -> int:
     turns, so two of them can never both see room for the same last slot.
     """
     with db.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"reliableq:max_running:{kind}"])
+        cursor.execute(_KIND_LOCK_SQL, [f"reliableq:max_running:{kind}"])
         # Counted over the RUNNING rows only (the lease index), the kind compared above the
         # OFFSET 0 fence: given `kind = %s` down there, the planner may read the kind's whole
         # history through reliableq_job_kind_created, every finished job of the kind included.
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT kind FROM {JOB} WHERE status = {S.RUNNING} OFFSET 0) AS running"
-            " WHERE kind = %s",
+            _RUNNING_OF_KIND_SQL,
             [kind],
         )
         running = cursor.fetchone()[0]

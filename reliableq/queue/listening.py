@@ -14,7 +14,7 @@ import psycopg
 from django.db import connections
 
 from ..conf import reliableq_settings
-from .enqueue import CHANNEL
+from .enqueue import CHANNEL, NOTIFY_QUEUE_SQL
 
 
 def aliases() -> tuple[str, str]:
@@ -30,11 +30,14 @@ def connect_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     return params
 
 
+_LISTEN_SQL = f"LISTEN {CHANNEL}"
+
+
 def listening(params: dict[str, Any]) -> psycopg.Connection[Any]:
     """A connection of its own (autocommit) that LISTENs on enqueue's channel; the caller closes it."""
     conn = psycopg.connect(**params, autocommit=True)
     try:
-        conn.execute(f"LISTEN {CHANNEL}")
+        conn.execute(_LISTEN_SQL)
     except BaseException:
         conn.close()
         raise
@@ -44,4 +47,4 @@ def listening(params: dict[str, Any]) -> psycopg.Connection[Any]:
 def send_probe(params: dict[str, Any], payload: str) -> None:
     """NOTIFY `payload` on enqueue's channel the way enqueue does, over a connection of its own."""
     with psycopg.connect(**params, autocommit=True) as sender:
-        sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+        sender.execute(NOTIFY_QUEUE_SQL, [CHANNEL, payload])

@@ -59,10 +59,18 @@ def scans(plan: dict[str, Any], table: str) -> list[str]:
 def plan_of(sql: str, params: Any) -> dict[str, Any]:
     """The planner's plan for a statement (EXPLAIN without ANALYZE: nothing runs, nothing locks)."""
     with db.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)  # inline: the text is the caller's statement
         document = cursor.fetchone()[0]
     document = json.loads(document) if isinstance(document, str) else document
     return cast(dict[str, Any], document[0]["Plan"])
+
+
+_PAGES_SQL = """
+            SELECT pg_relation_size(c.oid) / current_setting('block_size')::int, c.reltuples,
+                   coalesce(extract(epoch FROM now() - s.last_analyze), 'Infinity')
+              FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE c.oid = %s::regclass
+            """
 
 
 def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
@@ -73,12 +81,7 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
     """
     with db.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT pg_relation_size(c.oid) / current_setting('block_size')::int, c.reltuples,
-                   coalesce(extract(epoch FROM now() - s.last_analyze), 'Infinity')
-              FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-             WHERE c.oid = %s::regclass
-            """,
+            _PAGES_SQL,
             [table],
         )
         pages, reltuples, since_analyze = cursor.fetchone()
@@ -89,6 +92,13 @@ def keep_index(sql: str, params: Any, *, table: str, index: str) -> bool:
         return False
     had = "never analyzed" if reltuples < 0 else f"{reltuples:.0f} rows when last analyzed"
     return _analyze(table, f"{had}; {pages} pages now): a pick would read it through {', '.join(used)}, not {index}")
+
+
+_GROWTH_SQL = """
+            SELECT c.relname, c.reltuples, s.n_live_tup, pg_relation_size(c.oid) / current_setting('block_size')::int
+              FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE c.oid = ANY(%s::regclass[])
+            """
 
 
 def keep_up(tables: list[str]) -> list[str]:
@@ -104,11 +114,7 @@ def keep_up(tables: list[str]) -> list[str]:
     """
     with db.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT c.relname, c.reltuples, s.n_live_tup, pg_relation_size(c.oid) / current_setting('block_size')::int
-              FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-             WHERE c.oid = ANY(%s::regclass[])
-            """,
+            _GROWTH_SQL,
             [tables],
         )
         sizes = cursor.fetchall()
@@ -121,20 +127,27 @@ def keep_up(tables: list[str]) -> list[str]:
     ]
 
 
+_ANALYZE_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext(%s))"
+
+
+_SET_LOCK_TIMEOUT_SQL = "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
+
+
+_RESET_LOCK_TIMEOUT_SQL = "SELECT set_config('lock_timeout', %s, true)"
+
+
 def _analyze(table: str, why: str) -> bool:
     """ANALYZE `table` now, unless another session is at it; False if it could not."""
     try:
         with db.atomic(), db.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [f"{_ADVISORY_KEY}:{table}"])
+            cursor.execute(_ANALYZE_LOCK_SQL, [f"{_ADVISORY_KEY}:{table}"])
             if not cursor.fetchone()[0]:
                 return False  # another worker is analyzing it right now
             logger.warning("statistics of %s look stale (%s; analyzing", table, why)
-            cursor.execute(
-                "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT]
-            )
+            cursor.execute(_SET_LOCK_TIMEOUT_SQL, [LOCK_TIMEOUT])
             before = cursor.fetchone()[0]
-            cursor.execute(f"ANALYZE {db.connection().ops.quote_name(table)}")
-            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])  # the caller's own again
+            cursor.execute(f"ANALYZE {db.connection().ops.quote_name(table)}")  # inline: the text is a table's name
+            cursor.execute(_RESET_LOCK_TIMEOUT_SQL, [before])  # the caller's own again
     except DatabaseError as exc:
         logger.warning("could not analyze %s (%s); autovacuum will", table, exc)
         return False

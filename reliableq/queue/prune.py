@@ -7,6 +7,7 @@ everything that refers to them by key: no long locks, no cascade per row.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,11 +32,7 @@ _KEPT_FOR_WORKFLOW = (
 )
 
 
-def prune_workflows(*, limit: int = 100) -> int:
-    """Delete finished workflows none of whose jobs is left (with their edges and counts); return how many."""
-    with db.atomic(), db.cursor() as cursor:
-        cursor.execute(
-            f"""
+_PRUNE_WORKFLOWS_SQL = f"""
             WITH gone AS MATERIALIZED (
                 SELECT w.id FROM {WORKFLOW} w
                  WHERE w.status <> {S.RUNNING} AND w.finished_at IS NOT NULL
@@ -46,10 +43,36 @@ def prune_workflows(*, limit: int = 100) -> int:
             counts AS (DELETE FROM {COUNT} c WHERE c.workflow = ANY(ARRAY(SELECT id FROM gone))),
             deleted AS (DELETE FROM {WORKFLOW} w WHERE w.id = ANY(ARRAY(SELECT id FROM gone)) RETURNING 1)
             SELECT count(*) FROM deleted
-            """,
+            """
+
+
+def prune_workflows(*, limit: int = 100) -> int:
+    """Delete finished workflows none of whose jobs is left (with their edges and counts); return how many."""
+    with db.atomic(), db.cursor() as cursor:
+        cursor.execute(
+            _PRUNE_WORKFLOWS_SQL,
             [limit],
         )
         return int(cursor.fetchone()[0])
+
+
+# A batch of prune(): the oldest first, from the finished index, so that each batch reads only the rows
+# it deletes. The status is checked on each row, never used to choose an index (the admin's status
+# index would read every finished row; see reliableq.queue.sql.filter_only).
+_PRUNE_BATCH_SQL = f"""
+        SELECT id FROM {JOB}
+         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s) AND {_KEPT_FOR_WORKFLOW}
+         ORDER BY finished_at
+         LIMIT %s
+           FOR UPDATE SKIP LOCKED
+    """
+
+
+_PRUNE_COUNT_SQL = (
+    f"SELECT count(*) FROM {JOB}"
+    " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)"
+    f" AND {_KEPT_FOR_WORKFLOW}"
+)
 
 
 def prune(
@@ -70,32 +93,46 @@ def prune(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
-    # The oldest first, from the finished index: each batch reads only the rows it deletes. The
-    # status is checked on each row, never used to choose an index (the admin's status index
-    # would read every finished row; see reliableq.queue.sql.filter_only).
-    batch_sql = f"""
-        SELECT id FROM {JOB}
-         WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s) AND {_KEPT_FOR_WORKFLOW}
-         ORDER BY finished_at
-         LIMIT %s
-           FOR UPDATE SKIP LOCKED
-    """
     if not set(statuses) <= set(FINISHED):
         raise ValueError(f"Only finished jobs can be pruned, not {sorted(set(statuses) - set(FINISHED))}.")
     params = ([str(s) for s in statuses], older_than.total_seconds(), batch_size)
     # Statistics that miss most of the old rows make a bitmap scan and a sort of all of them look
     # cheaper, for every batch; check once per run, and analyze if so (see planguard).
-    planguard.keep_index(batch_sql, params, table=JOB, index="reliableq_job_finished")
+    planguard.keep_index(_PRUNE_BATCH_SQL, params, table=JOB, index="reliableq_job_finished")
     if dry_run:
         with db.cursor() as cursor:
             cursor.execute(
-                f"SELECT count(*) FROM {JOB}"
-                " WHERE (status = ANY(%s)) IS TRUE AND finished_at < now() - make_interval(secs => %s)"
-                f" AND {_KEPT_FOR_WORKFLOW}",
+                _PRUNE_COUNT_SQL,
                 params[:2],
             )
             return int(cursor.fetchone()[0])
-    return delete_batches(batch_sql, params, batch_size=batch_size, progress=progress, max_batches=max_batches)
+    return delete_batches(_PRUNE_BATCH_SQL, params, batch_size=batch_size, progress=progress, max_batches=max_batches)
+
+
+@functools.cache
+def _delete_sql(batch_sql: str) -> str:
+    """delete_batches' statement for the jobs `batch_sql` picks (_PRUNE_BATCH_SQL, _MEMBERS_KEPT)."""
+    return f"""
+                    WITH batch AS MATERIALIZED ({batch_sql}),
+                    gone_attempts AS (
+                        DELETE FROM {ATTEMPT} a WHERE a.id = ANY(ARRAY(
+                            SELECT o.id FROM batch CROSS JOIN LATERAL (
+                                SELECT o.id FROM {ATTEMPT} o
+                                 WHERE o.job_id = batch.id AND o.number BETWEEN 0 AND 2147483647 OFFSET 0
+                            ) AS o
+                        ))
+                    ),
+                    gone_returns AS (
+                        DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    ),
+                    gone_steps AS (
+                        DELETE FROM {STEP} s WHERE s.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    ),
+                    gone_batch_keys AS (
+                        DELETE FROM {BATCH_KEY} b WHERE b.job_id = ANY(ARRAY(SELECT id FROM batch))
+                    )
+                    DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
+                    """
 
 
 def delete_batches(
@@ -117,27 +154,7 @@ def delete_batches(
             # of `number`, so every attempt, but written as a range so that even with no
             # statistics the planner expects a handful of rows per job, not a scan's worth.
             cursor.execute(
-                f"""
-                    WITH batch AS MATERIALIZED ({batch_sql}),
-                    gone_attempts AS (
-                        DELETE FROM {ATTEMPT} a WHERE a.id = ANY(ARRAY(
-                            SELECT o.id FROM batch CROSS JOIN LATERAL (
-                                SELECT o.id FROM {ATTEMPT} o
-                                 WHERE o.job_id = batch.id AND o.number BETWEEN 0 AND 2147483647 OFFSET 0
-                            ) AS o
-                        ))
-                    ),
-                    gone_returns AS (
-                        DELETE FROM {RETURN_VALUE} r WHERE r.job_id = ANY(ARRAY(SELECT id FROM batch))
-                    ),
-                    gone_steps AS (
-                        DELETE FROM {STEP} s WHERE s.job_id = ANY(ARRAY(SELECT id FROM batch))
-                    ),
-                    gone_batch_keys AS (
-                        DELETE FROM {BATCH_KEY} b WHERE b.job_id = ANY(ARRAY(SELECT id FROM batch))
-                    )
-                    DELETE FROM {JOB} j WHERE j.id = ANY(ARRAY(SELECT id FROM batch))
-                    """,
+                _delete_sql(batch_sql),
                 params,
             )
             deleted = int(cursor.rowcount)
@@ -167,6 +184,9 @@ PURGE_SQL = door.statement(
 )
 
 
+_PURGE_COUNT_SQL = f"SELECT count(*) FROM ({_PENDING_OF_QUEUE}) p"
+
+
 def purge(
     queue: str,
     *,
@@ -186,7 +206,7 @@ def purge(
         raise ValueError("batch_size must be at least 1.")
     if dry_run:
         with db.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM ({_PENDING_OF_QUEUE}) p", [queue])
+            cursor.execute(_PURGE_COUNT_SQL, [queue])
             return int(cursor.fetchone()[0])
     if delete:
         return delete_batches(_MEMBERS_KEPT, [queue, batch_size], batch_size=batch_size, progress=progress)
@@ -205,6 +225,11 @@ EVENTS = "EVENT"  # RETENTION_SECONDS' key for emitted events
 DEFAULT_EVENT_SECONDS = 30 * 86400
 
 
+_PRUNE_EVENTS_SQL = f"""DELETE FROM {EVENT} WHERE id = ANY(ARRAY(
+                    SELECT id FROM {EVENT} WHERE emitted_at < now() - make_interval(secs => %s)
+                     ORDER BY emitted_at LIMIT %s))"""
+
+
 def prune_events(seconds: float | None, *, limit: int = 1000) -> int:
     """Delete events emitted more than `seconds` ago (None: keep them), a batch; return how many.
 
@@ -213,9 +238,7 @@ def prune_events(seconds: float | None, *, limit: int = 1000) -> int:
         return 0
     with db.cursor() as cursor:
         cursor.execute(
-            f"""DELETE FROM {EVENT} WHERE id = ANY(ARRAY(
-                    SELECT id FROM {EVENT} WHERE emitted_at < now() - make_interval(secs => %s)
-                     ORDER BY emitted_at LIMIT %s))""",
+            _PRUNE_EVENTS_SQL,
             [float(seconds), limit],
         )
         return int(cursor.rowcount)

@@ -49,10 +49,20 @@ class Progress:
     last_job: uuid.UUID | None = None
 
 
+_NOW_SQL = "SELECT now()"
+
+
 def database_now() -> dt.datetime:
     with db.cursor() as cursor:
-        cursor.execute("SELECT now()")
+        cursor.execute(_NOW_SQL)
         return cast(dt.datetime, cursor.fetchone()[0])
+
+
+_EARLIEST_SQL = f"""
+            SELECT now(), (SELECT next_slot FROM {SCHEDULE}
+                            WHERE enabled AND next_slot IS NOT NULL AND kind = ANY(%s)
+                            ORDER BY next_slot LIMIT 1)
+            """
 
 
 def earliest(kinds: Sequence[str]) -> tuple[dt.datetime, dt.datetime | None]:
@@ -60,15 +70,22 @@ def earliest(kinds: Sequence[str]) -> tuple[dt.datetime, dt.datetime | None]:
     only statement while nothing is due."""
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT now(), (SELECT next_slot FROM {SCHEDULE}
-                            WHERE enabled AND next_slot IS NOT NULL AND kind = ANY(%s)
-                            ORDER BY next_slot LIMIT 1)
-            """,
+            _EARLIEST_SQL,
             [list(kinds)],
         )
         now, first = cursor.fetchone()
     return now, first
+
+
+_LOCK_DUE_SQL = f"""
+            SELECT now(), id, name, kind, cron, payload::text, timezone, catch_up, overlap, queue, priority, next_slot
+              FROM {SCHEDULE}
+             WHERE enabled AND kind = ANY(%s) AND next_slot <= now() + make_interval(secs => %s)
+               AND next_slot <= now() + make_interval(secs => CASE WHEN overlap = %s THEN %s ELSE 0 END)
+             ORDER BY next_slot
+             LIMIT %s
+               FOR UPDATE SKIP LOCKED
+            """
 
 
 def lock_due(kinds: Sequence[str], *, ahead_seconds: float, limit: int) -> tuple[dt.datetime, list[DueSchedule]]:
@@ -77,15 +94,7 @@ def lock_due(kinds: Sequence[str], *, ahead_seconds: float, limit: int) -> tuple
     rows another transaction holds are skipped)."""
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT now(), id, name, kind, cron, payload::text, timezone, catch_up, overlap, queue, priority, next_slot
-              FROM {SCHEDULE}
-             WHERE enabled AND kind = ANY(%s) AND next_slot <= now() + make_interval(secs => %s)
-               AND next_slot <= now() + make_interval(secs => CASE WHEN overlap = %s THEN %s ELSE 0 END)
-             ORDER BY next_slot
-             LIMIT %s
-               FOR UPDATE SKIP LOCKED
-            """,
+            _LOCK_DUE_SQL,
             [list(kinds), float(ahead_seconds), str(Overlap.ALLOW), float(ahead_seconds), int(limit)],
         )
         rows = cursor.fetchall()
@@ -101,13 +110,7 @@ def lock_due(kinds: Sequence[str], *, ahead_seconds: float, limit: int) -> tuple
     return rows[0][0], due
 
 
-def advance(progress: Sequence[Progress]) -> None:
-    """Write each schedule's next slot, and its last slot and job where the round made one."""
-    if not progress:
-        return
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
+_ADVANCE_SQL = f"""
             UPDATE {SCHEDULE} s
                SET next_slot = p.next_slot,
                    last_slot = COALESCE(p.last_slot, s.last_slot),
@@ -116,7 +119,16 @@ def advance(progress: Sequence[Progress]) -> None:
               FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::uuid[])
                    AS p(id, next_slot, last_slot, last_job)
              WHERE s.id = p.id
-            """,
+            """
+
+
+def advance(progress: Sequence[Progress]) -> None:
+    """Write each schedule's next slot, and its last slot and job where the round made one."""
+    if not progress:
+        return
+    with db.cursor() as cursor:
+        cursor.execute(
+            _ADVANCE_SQL,
             [
                 [p.id for p in progress],
                 [p.next_slot for p in progress],
@@ -144,20 +156,10 @@ class Declared:
 
 
 _FIELDS = ("kind", "cron", "payload", "timezone", "catch_up", "overlap", "queue", "priority")
+_CHANGED = " OR ".join(f"s.{f} IS DISTINCT FROM EXCLUDED.{f}" for f in _FIELDS)
 
 
-def sync(declared: Sequence[Declared]) -> tuple[list[str], list[str], list[str]]:
-    """Create or update the rows of the schedules code declares, and delete the rows code declared
-    before and declares no more. Returns the names (created, updated, deleted).
-
-    An operator's `enabled` survives: a disabled row stays disabled (its next slot NULL). A row whose
-    cron or time zone changed, or that an operator made, restarts from its next slot after now; an
-    unchanged row is not written at all, so a fleet's starts leave the table as it was.
-    """
-    changed = " OR ".join(f"s.{f} IS DISTINCT FROM EXCLUDED.{f}" for f in _FIELDS)
-    with db.atomic(), db.cursor() as cursor:
-        cursor.execute(
-            f"""
+_SYNC_SQL = f"""
             INSERT INTO {SCHEDULE} AS s (name, kind, cron, payload, timezone, enabled, catch_up, overlap, queue,
                                          priority, from_code, next_slot, created_at, updated_at)
             SELECT d.name, d.kind, d.cron, d.payload::jsonb, d.timezone, true, d.catch_up, d.overlap, d.queue,
@@ -174,14 +176,30 @@ def sync(declared: Sequence[Declared]) -> tuple[list[str], list[str], list[str]]
                                       OR NOT s.from_code OR s.next_slot IS NULL THEN EXCLUDED.next_slot
                                     ELSE s.next_slot END,
                    updated_at = now()
-             WHERE {changed} OR NOT s.from_code OR (s.enabled AND s.next_slot IS NULL)
+             WHERE {_CHANGED} OR NOT s.from_code OR (s.enabled AND s.next_slot IS NULL)
             RETURNING s.name, s.xmax = 0  -- 0: the row was inserted, not updated
-            """,
+            """
+
+
+_SYNC_DELETE_SQL = f"DELETE FROM {SCHEDULE} WHERE from_code AND NOT (name = ANY(%s)) RETURNING name"
+
+
+def sync(declared: Sequence[Declared]) -> tuple[list[str], list[str], list[str]]:
+    """Create or update the rows of the schedules code declares, and delete the rows code declared
+    before and declares no more. Returns the names (created, updated, deleted).
+
+    An operator's `enabled` survives: a disabled row stays disabled (its next slot NULL). A row whose
+    cron or time zone changed, or that an operator made, restarts from its next slot after now; an
+    unchanged row is not written at all, so a fleet's starts leave the table as it was.
+    """
+    with db.atomic(), db.cursor() as cursor:
+        cursor.execute(
+            _SYNC_SQL,
             [[getattr(d, name) for d in declared] for name in ("name", *_FIELDS, "next_slot")],
         )
         written = cursor.fetchall()
         cursor.execute(
-            f"DELETE FROM {SCHEDULE} WHERE from_code AND NOT (name = ANY(%s)) RETURNING name",
+            _SYNC_DELETE_SQL,
             [[d.name for d in declared]],
         )
         deleted = [row[0] for row in cursor.fetchall()]

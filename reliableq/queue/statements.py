@@ -5,8 +5,11 @@ package (named `<module>.<NAME>`). And each statement made per shape (a finish w
 workflow members, a claim for its queues...), in the shapes listed in SHAPES, named after what it
 does. Every statement that changes a job's status is one of the door's (reliableq.queue.door) and
 begins with `/* reliableq:<name> */`; tests/test_statement_index.py fails if the door makes
-one that no listed statement shows. Statements that a function sends inline (the reads of the
-dashboard's figures, say) are not listed yet.
+one that no listed statement shows.
+
+No function of the layer sends a statement written inline: tests/test_statement_index.py fails
+on a literal handed to execute() and its kin, but for the few whose text is not a statement of
+ours (an ANALYZE of a table named by the caller, the EXPLAIN of a caller's statement).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import pkgutil
 import sys
 from collections.abc import Callable
 
+from django.contrib.auth import get_user_model
+
 from ..registry import Rate
-from . import db, enqueue, finishes, limits, pick, rescues
+from . import db, enqueue, fairness, finishes, limits, pick, prune, rescues, tokens
 
 # Each statement made per shape, by name: how to make it in a representative shape.
 SHAPES: dict[str, Callable[[], str]] = {
@@ -26,6 +31,8 @@ SHAPES: dict[str, Callable[[], str]] = {
     "claim.floored": lambda: pick.take_sql(("default",), 10, (), None, floored=True)[0],
     "claim.fair": lambda: pick.take_sql(("default",), 10, (), None, fair=("fair.kind",))[0],
     "claim.rated": lambda: limits.rated_sql(("default",), 10, "rated.kind", Rate(10, 1.0))[0],
+    "claim.capped": lambda: pick.take_sql(("default",), 10, (), "capped.kind")[0],
+    "pick_per_key": lambda: pick.picked_sql(("default",), 40, (), "keyed.kind", 2)[0],
     "finish": lambda: finishes._finish_sql(True),
     "finish.parks": lambda: finishes._finish_sql(True, True),
     "finish_jobs": lambda: finishes._finish_sql(False),
@@ -35,6 +42,17 @@ SHAPES: dict[str, Callable[[], str]] = {
     "enqueue": lambda: enqueue._submit_sql(None),
     "enqueue.fair": lambda: enqueue._submit_sql(True),
     "enqueue.bounded": lambda: enqueue._bounded_submit_sql(None),
+    "enqueue.debounce": lambda: enqueue._debounce_sql(None),
+    "enqueue.of_kind": lambda: enqueue._of_kind_sql(None),
+    "enqueue.of_kind.fair": lambda: enqueue._of_kind_sql(True),
+    "fair_heads": lambda: fairness.heads_sql(),
+    "prune.delete": lambda: prune._delete_sql(prune._PRUNE_BATCH_SQL),
+    "purge.delete": lambda: prune._delete_sql(prune._MEMBERS_KEPT),
+    "tokens.held": lambda: tokens.fetch_held_sql(("view_job",), get_user_model()),
+    "tokens.lookup": lambda: tokens.lookup_sql(get_user_model(), "authtoken_token", ("view_job",))[0],
+    "tokens.call": lambda: tokens.call_sql(("view_job",)),
+    "tokens.function": lambda: tokens.create_function_sql(get_user_model(), "authtoken_token"),
+    "tokens.drop_function": tokens.drop_function_sql,
 }
 
 

@@ -16,16 +16,18 @@ from .. import registry
 from ..models import Attempt, Job, JobStatus, Outcome, QueueState, RateWindow
 from . import db
 from .limits import rate_shards, shard_room
-from .sql import S
+from .sql import ATTEMPT, JOB, S
+
+_OLDEST_DUE_SQL = (
+    f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_at)), 0) FROM {Job._meta.db_table} "
+    f"WHERE status = {S.PENDING} AND run_at <= now()"
+)
 
 
 def oldest_due_age_seconds() -> float:
     """Seconds the oldest due PENDING job has waited past its run_at (0 when none), by database time."""
     with db.cursor() as cursor:
-        cursor.execute(
-            f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_at)), 0) FROM {Job._meta.db_table} "
-            f"WHERE status = {S.PENDING} AND run_at <= now()"
-        )
+        cursor.execute(_OLDEST_DUE_SQL)
         (age,) = cursor.fetchone()
     return max(0.0, float(age))
 
@@ -45,20 +47,29 @@ def kinds(limit: int | None = None) -> list[str]:
     return _distinct("kind", limit, "")
 
 
-def _distinct(column: str, limit: int | None, after: str) -> list[str]:
-    # `column` leads an index of the job table: (queue, created_at), (kind, created_at).
-    table = Job._meta.db_table
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
+def _distinct_sql(column: str) -> str:
+    """The loose index scan of `column`, which leads an index of the job table: (queue, created_at),
+    (kind, created_at)."""
+    return f"""
             WITH RECURSIVE q(name) AS (
-                (SELECT {column} FROM {table} WHERE {column} > %s ORDER BY {column} LIMIT 1)
+                (SELECT {column} FROM {JOB} WHERE {column} > %s ORDER BY {column} LIMIT 1)
                 UNION ALL
-                SELECT (SELECT {column} FROM {table} WHERE {column} > q.name ORDER BY {column} LIMIT 1)
+                SELECT (SELECT {column} FROM {JOB} WHERE {column} > q.name ORDER BY {column} LIMIT 1)
                   FROM q WHERE q.name IS NOT NULL
             )
             SELECT name FROM q WHERE name IS NOT NULL LIMIT %s
-            """,
+            """
+
+
+_QUEUES_SQL = _distinct_sql("queue")
+_KINDS_SQL = _distinct_sql("kind")
+_DISTINCT = {"queue": _QUEUES_SQL, "kind": _KINDS_SQL}
+
+
+def _distinct(column: str, limit: int | None, after: str) -> list[str]:
+    with db.cursor() as cursor:
+        cursor.execute(
+            _DISTINCT[column],
             [after, limit],
         )
         return [row[0] for row in cursor.fetchall()]
@@ -67,17 +78,19 @@ def _distinct(column: str, limit: int | None, after: str) -> list[str]:
 NAMES_TO_SUGGEST = 1000  # queue names read, at most, to suggest the closest to one that is unused
 
 
+_UNUSED_QUEUES_SQL = f"""
+            SELECT name FROM unnest(%s::text[]) AS name
+             WHERE NOT EXISTS (SELECT 1 FROM {JOB} j WHERE j.queue = name)
+               AND NOT EXISTS (SELECT 1 FROM {QueueState._meta.db_table} s WHERE s.name = name)
+            """
+
+
 def unused_queues(names: Sequence[str]) -> dict[str, list[str]]:
     """Of these queue names, each that holds no job and no pause state (a typo, most often), with the
     closest names of queues that do. One index probe per name; then at most NAMES_TO_SUGGEST names."""
-    table = Job._meta.db_table
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT name FROM unnest(%s::text[]) AS name
-             WHERE NOT EXISTS (SELECT 1 FROM {table} j WHERE j.queue = name)
-               AND NOT EXISTS (SELECT 1 FROM {QueueState._meta.db_table} s WHERE s.name = name)
-            """,
+            _UNUSED_QUEUES_SQL,
             [list(names)],
         )
         unused = [row[0] for row in cursor.fetchall()]
@@ -148,6 +161,12 @@ def snapshot() -> dict[str, Any]:
 # however many there are.
 
 
+_SEQSCAN_OFF_SQL = "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)"
+
+
+_SEQSCAN_BACK_SQL = "SELECT set_config('enable_seqscan', %s, true)"
+
+
 @contextmanager
 def _through_indexes() -> Iterator[None]:
     """Run the block's statements with sequential scans of tables that have an index ruled out.
@@ -159,12 +178,12 @@ def _through_indexes() -> Iterator[None]:
     transaction-local and put back, so a caller's open transaction keeps its own.
     """
     with db.atomic(), db.cursor() as cursor:
-        cursor.execute("SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)")
+        cursor.execute(_SEQSCAN_OFF_SQL)
         previous = cursor.fetchone()[0]
         try:
             yield
         finally:
-            cursor.execute("SELECT set_config('enable_seqscan', %s, true)", [previous])
+            cursor.execute(_SEQSCAN_BACK_SQL, [previous])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +209,25 @@ def paused_queues(queues: Sequence[str] | None = None) -> set[str]:
     return set(found.values_list("name", flat=True))
 
 
+# (queue || '') rather than queue, in the filter and the grouping: the column itself can lead the
+# planner (under statistics that think the table tiny) to the index of every row by queue, finished
+# ones included; the expression leaves it the partial indexes. The cost: one queue's summary reads
+# every PENDING row, bounded by the backlog, never by the history.
+def _summaries_sql(among: bool) -> str:
+    """queue_summaries' statement: of every queue, or (`among`) of the queues given as its parameter."""
+    among_sql = " AND (queue || '') = ANY(%s)" if among else ""
+    return f"""
+            SELECT queue || '', count(*), 0, EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE run_at <= now()))
+              FROM {JOB} WHERE status = {S.PENDING}{among_sql} GROUP BY queue || ''
+            UNION ALL
+            SELECT queue || '', 0, count(*), NULL FROM {JOB} WHERE status = {S.RUNNING} GROUP BY queue || ''
+            """
+
+
+_SUMMARIES_SQL = _summaries_sql(False)
+_SUMMARIES_OF_SQL = _summaries_sql(True)
+
+
 def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:
     """Every queue with jobs or a pause state (or just `names`), by name.
 
@@ -197,21 +235,10 @@ def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:
     lease index; then the queues' names by a loose index scan (stats.queues()) and the states.
     """
     only = list(names) if names is not None else None
-    table = Job._meta.db_table
     counts: dict[str, list[Any]] = {}
-    # (queue || '') rather than queue, in the filter and the grouping: the column itself can lead the
-    # planner (under statistics that think the table tiny) to the index of every row by queue,
-    # finished ones included; the expression leaves it the partial indexes. The cost: one queue's
-    # summary reads every PENDING row, bounded by the backlog, never by the history.
-    among = "" if only is None else " AND (queue || '') = ANY(%s)"
     with _through_indexes(), db.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT queue || '', count(*), 0, EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE run_at <= now()))
-              FROM {table} WHERE status = {S.PENDING}{among} GROUP BY queue || ''
-            UNION ALL
-            SELECT queue || '', 0, count(*), NULL FROM {table} WHERE status = {S.RUNNING} GROUP BY queue || ''
-            """,
+            _SUMMARIES_SQL if only is None else _SUMMARIES_OF_SQL,
             # RUNNING rows are few (the fleet's concurrency) and their index has no queue column:
             # all of them are counted, grouped by an expression no index provides in order, since a
             # filter on queue or a GROUP BY queue leads the planner (under statistics that think the
@@ -249,6 +276,12 @@ def queue_summaries(names: Sequence[str] | None = None) -> list[QueueSummary]:
     return summaries
 
 
+_PAUSED_DUE_SQL = (
+    f"SELECT count(*) FROM {Job._meta.db_table}"
+    f" WHERE status = {S.PENDING} AND run_at <= now() AND (queue || '') = ANY(%s)"
+)
+
+
 def paused_due(paused: set[str] | None = None) -> int:
     """Due PENDING jobs in the queues paused now: work that waits only because of a pause."""
     paused = paused_queues() if paused is None else paused
@@ -256,11 +289,28 @@ def paused_due(paused: set[str] | None = None) -> int:
         return 0
     with _through_indexes(), db.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FROM {Job._meta.db_table}"
-            f" WHERE status = {S.PENDING} AND run_at <= now() AND (queue || '') = ANY(%s)",  # as in queue_summaries
+            _PAUSED_DUE_SQL,  # as in queue_summaries
             [sorted(paused)],
         )
         return int(cursor.fetchone()[0])
+
+
+_RUNNING_OF_KINDS_SQL = f"SELECT kind, count(*) FROM {JOB} WHERE status = {S.RUNNING} AND kind = ANY(%s) GROUP BY kind"
+
+
+_SATURATED_KEYS_SQL = f"""
+                SELECT r.kind, r.concurrency_key
+                  FROM {JOB} r JOIN unnest(%s::text[], %s::int[]) AS l(kind, n) ON l.kind = r.kind
+                 WHERE r.status = {S.RUNNING} AND r.concurrency_key IS NOT NULL
+                 GROUP BY r.kind, r.concurrency_key, l.n HAVING count(*) >= l.n
+                """
+
+
+_THROTTLED_DUE_SQL = f"""
+            SELECT count(*) FROM {JOB}
+             WHERE status = {S.PENDING} AND run_at <= now() AND queue <> ALL(%s)
+               AND (kind = ANY(%s) OR (kind, concurrency_key) IN (SELECT * FROM unnest(%s::text[], %s::text[])))
+            """
 
 
 def throttled_due(paused: set[str] | None = None) -> int:
@@ -275,10 +325,9 @@ def throttled_due(paused: set[str] | None = None) -> int:
     if not limited:
         return 0
     paused = paused_queues() if paused is None else paused
-    table = Job._meta.db_table
     with _through_indexes(), db.cursor() as cursor:
         cursor.execute(
-            f"SELECT kind, count(*) FROM {table} WHERE status = {S.RUNNING} AND kind = ANY(%s) GROUP BY kind",
+            _RUNNING_OF_KINDS_SQL,
             [sorted(limited)],
         )
         running = dict(cursor.fetchall())
@@ -289,26 +338,20 @@ def throttled_due(paused: set[str] | None = None) -> int:
         pairs: list[tuple[str, str]] = []
         if per_key:
             cursor.execute(
-                f"""
-                SELECT r.kind, r.concurrency_key
-                  FROM {table} r JOIN unnest(%s::text[], %s::int[]) AS l(kind, n) ON l.kind = r.kind
-                 WHERE r.status = {S.RUNNING} AND r.concurrency_key IS NOT NULL
-                 GROUP BY r.kind, r.concurrency_key, l.n HAVING count(*) >= l.n
-                """,
+                _SATURATED_KEYS_SQL,
                 [list(per_key), list(per_key.values())],
             )
             pairs = cursor.fetchall()
         if not full and not pairs:
             return 0
         cursor.execute(
-            f"""
-            SELECT count(*) FROM {table}
-             WHERE status = {S.PENDING} AND run_at <= now() AND queue <> ALL(%s)
-               AND (kind = ANY(%s) OR (kind, concurrency_key) IN (SELECT * FROM unnest(%s::text[], %s::text[])))
-            """,
+            _THROTTLED_DUE_SQL,
             [sorted(paused), sorted(full), [k for k, _ in pairs], [c for _, c in pairs]],
         )
         return int(cursor.fetchone()[0])
+
+
+_STATEMENT_TIME_SQL = "SELECT statement_timestamp()"
 
 
 def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
@@ -321,7 +364,7 @@ def _rate_full(limited: dict[str, registry.Limits]) -> set[str]:
     if not limited:
         return set()
     with db.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
+        cursor.execute(_STATEMENT_TIME_SQL)
         now = cursor.fetchone()[0]
     windows: dict[tuple[str, int], RateWindow] = {
         (w.kind, w.shard): w for w in RateWindow.objects.filter(kind__in=list(limited))
@@ -386,11 +429,7 @@ class KindDuration:
     attempts: int  # how many finished attempts the percentile is taken over
 
 
-def finished_per_minute() -> list[FinishedMinute]:
-    """Jobs finished in each minute of the last hour, by final status, oldest minute first."""
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
+_FINISHED_PER_MINUTE_SQL = f"""
             WITH minutes AS ({_MINUTES_SQL}),
             finished AS (
                 SELECT date_trunc('minute', finished_at) AS minute, status, count(*) AS n
@@ -400,7 +439,12 @@ def finished_per_minute() -> list[FinishedMinute]:
             )
             SELECT m.minute, f.status, f.n FROM minutes m LEFT JOIN finished f USING (minute) ORDER BY m.minute
             """
-        )
+
+
+def finished_per_minute() -> list[FinishedMinute]:
+    """Jobs finished in each minute of the last hour, by final status, oldest minute first."""
+    with db.cursor() as cursor:
+        cursor.execute(_FINISHED_PER_MINUTE_SQL)
         rows = cursor.fetchall()
     by_minute: dict[dt.datetime, dict[str, int]] = {}
     for minute, status, n in rows:
@@ -410,39 +454,26 @@ def finished_per_minute() -> list[FinishedMinute]:
     return [FinishedMinute(minute=m, counts=c) for m, c in by_minute.items()]
 
 
-def backlog_per_minute() -> list[BacklogPoint]:
-    """Due jobs waiting for their first attempt at the end of each minute of the last hour.
-
-    Rebuilt from the jobs' times, not sampled: a job joins the backlog when it is due (the later
-    of created_at and run_at) and leaves it when its first attempt starts, or when it finishes
-    without one (cancelled). A job waiting to retry is not counted: its earlier waits are not
-    stored. For a job that has started, run_at may since have been moved by a retry; its wait
-    then counts from no later than its first start, so such a wait can be under-counted, never
-    over-counted.
-    """
-    job, attempt = Job._meta.db_table, Attempt._meta.db_table
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
+_BACKLOG_PER_MINUTE_SQL = f"""
             WITH minutes AS ({_MINUTES_SQL}),
             since AS (SELECT min(minute) AS t FROM minutes),
             waits AS (
                 -- still waiting: PENDING, never started, due
                 SELECT greatest(j.created_at, j.run_at) AS joined, NULL::timestamptz AS left_at
-                  FROM {job} j
+                  FROM {JOB} j
                  WHERE j.status = {S.PENDING} AND j.run_at <= now()
-                   AND NOT EXISTS (SELECT 1 FROM {attempt} a WHERE a.job_id = j.id)
+                   AND NOT EXISTS (SELECT 1 FROM {ATTEMPT} a WHERE a.job_id = j.id)
                 UNION ALL
                 -- first attempt started during the hour
                 SELECT least(greatest(j.created_at, j.run_at), a.started_at), a.started_at
-                  FROM {attempt} a JOIN {job} j ON j.id = a.job_id
+                  FROM {ATTEMPT} a JOIN {JOB} j ON j.id = a.job_id
                  WHERE a.started_at >= (SELECT t FROM since) AND a.number = 1
                 UNION ALL
                 -- finished during the hour without ever starting (cancelled while waiting)
                 SELECT least(greatest(j.created_at, j.run_at), j.finished_at), j.finished_at
-                  FROM {job} j
+                  FROM {JOB} j
                  WHERE j.finished_at >= (SELECT t FROM since)
-                   AND NOT EXISTS (SELECT 1 FROM {attempt} a WHERE a.job_id = j.id)
+                   AND NOT EXISTS (SELECT 1 FROM {ATTEMPT} a WHERE a.job_id = j.id)
             ),
             -- +1 when a job joins, -1 when it leaves; what happened before the hour counts in its first minute
             steps AS (
@@ -455,8 +486,32 @@ def backlog_per_minute() -> list[BacklogPoint]:
               FROM minutes m LEFT JOIN steps s USING (minute)
              GROUP BY m.minute ORDER BY m.minute
             """
-        )
+
+
+def backlog_per_minute() -> list[BacklogPoint]:
+    """Due jobs waiting for their first attempt at the end of each minute of the last hour.
+
+    Rebuilt from the jobs' times, not sampled: a job joins the backlog when it is due (the later
+    of created_at and run_at) and leaves it when its first attempt starts, or when it finishes
+    without one (cancelled). A job waiting to retry is not counted: its earlier waits are not
+    stored. For a job that has started, run_at may since have been moved by a retry; its wait
+    then counts from no later than its first start, so such a wait can be under-counted, never
+    over-counted.
+    """
+    with db.cursor() as cursor:
+        cursor.execute(_BACKLOG_PER_MINUTE_SQL)
         return [BacklogPoint(minute=minute, waiting=int(n)) for minute, n in cursor.fetchall()]
+
+
+_P95_BY_KIND_SQL = f"""
+            SELECT j.kind,
+                   percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM a.finished_at - a.started_at)),
+                   count(*)
+              FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
+             WHERE a.started_at >= now() - interval '1 hour' AND a.finished_at IS NOT NULL
+               AND a.outcome <> ALL(%s)
+             GROUP BY j.kind ORDER BY 2 DESC, j.kind LIMIT %s
+            """
 
 
 def p95_by_kind(limit: int = MAX_CHART_KINDS) -> list[KindDuration]:
@@ -467,15 +522,7 @@ def p95_by_kind(limit: int = MAX_CHART_KINDS) -> list[KindDuration]:
     """
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT j.kind,
-                   percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM a.finished_at - a.started_at)),
-                   count(*)
-              FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
-             WHERE a.started_at >= now() - interval '1 hour' AND a.finished_at IS NOT NULL
-               AND a.outcome <> ALL(%s)
-             GROUP BY j.kind ORDER BY 2 DESC, j.kind LIMIT %s
-            """,
+            _P95_BY_KIND_SQL,
             [list(NOT_HANDLER_TIME), limit],
         )
         return [KindDuration(kind=kind, p95_seconds=float(p95), attempts=n) for kind, p95, n in cursor.fetchall()]
@@ -485,13 +532,9 @@ def p95_by_kind(limit: int = MAX_CHART_KINDS) -> list[KindDuration]:
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-def histograms() -> dict[str, tuple[list[int], float, int]]:
-    """Per kind: cumulative counts per bucket, the sum and the count of finished attempt durations."""
-    bucket_sql = ", ".join(f"count(*) FILTER (WHERE d <= {b})" for b in DURATION_BUCKETS)
-    with db.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT kind, {bucket_sql}, COALESCE(sum(d), 0), count(*)
+_BUCKETS = ", ".join(f"count(*) FILTER (WHERE d <= {b})" for b in DURATION_BUCKETS)
+_HISTOGRAMS_SQL = f"""
+            SELECT kind, {_BUCKETS}, COALESCE(sum(d), 0), count(*)
               FROM (SELECT j.kind, EXTRACT(EPOCH FROM a.finished_at - a.started_at)::float8 AS d
                       FROM {Attempt._meta.db_table} a JOIN {Job._meta.db_table} j ON j.id = a.job_id
                      WHERE a.finished_at IS NOT NULL
@@ -499,13 +542,21 @@ def histograms() -> dict[str, tuple[list[int], float, int]]:
                    ) durations
              GROUP BY kind
             """
-        )
+
+
+def histograms() -> dict[str, tuple[list[int], float, int]]:
+    """Per kind: cumulative counts per bucket, the sum and the count of finished attempt durations."""
+    with db.cursor() as cursor:
+        cursor.execute(_HISTOGRAMS_SQL)
         return {row[0]: (list(row[1:-2]), float(row[-2]), int(row[-1])) for row in cursor.fetchall()}
+
+
+_ATTEMPTS_BY_OUTCOME_SQL = f"SELECT outcome, count(*) FROM {Attempt._meta.db_table} GROUP BY outcome"
 
 
 def attempts_by_outcome() -> dict[str, int]:
     counts = {o: 0 for o in Outcome.values}
     with db.cursor() as cursor:
-        cursor.execute(f"SELECT outcome, count(*) FROM {Attempt._meta.db_table} GROUP BY outcome")
+        cursor.execute(_ATTEMPTS_BY_OUTCOME_SQL)
         counts.update(dict(cursor.fetchall()))
     return counts

@@ -61,11 +61,15 @@ def _held_sql(user_model: Any, user_id: str, codenames: str) -> str:
     )
 
 
+def fetch_held_sql(codenames: Sequence[str], user_model: Any) -> str:
+    """fetch_held's statement: held_sql's array of the user given as its two parameters."""
+    return f"SELECT {held_sql('%s', codenames_in(codenames), user_model)}"
+
+
 def fetch_held(user_pk: Any, codenames: Sequence[str], user_model: Any) -> list[str]:
     """The permissions (of those named) the user holds directly or through a group: one statement."""
-    held = held_sql("%s", codenames_in(codenames), user_model)
     with connections[router.db_for_read(Permission)].cursor() as cursor:
-        cursor.execute(f"SELECT {held}", [user_pk, user_pk])
+        cursor.execute(fetch_held_sql(codenames, user_model), [user_pk, user_pk])
         return list(cursor.fetchone()[0])
 
 
@@ -118,11 +122,14 @@ def drop_function_sql() -> str:
     return f"DROP FUNCTION IF EXISTS {SIGNATURE}"
 
 
+_INSTALLED_SQL = "SELECT to_regprocedure(%s) IS NOT NULL"
+
+
 def function_columns(connection: Any, call: str) -> list[str] | None:
     """The names of the columns `call` (call_sql's) returns on `connection`; None when the function
     is not installed there."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [SIGNATURE])
+        cursor.execute(_INSTALLED_SQL, [SIGNATURE])
         if not cursor.fetchone()[0]:
             return None
         cursor.execute(call, [""])  # no token is empty: no row, only the columns

@@ -47,10 +47,13 @@ def started(*, worker_id: str, queues: Sequence[str], concurrency: int, isolatio
     )
 
 
+_SEEN_SQL = f"UPDATE {WORKER} SET last_seen_at = now(), busy = %s WHERE id = %s"
+
+
 def seen(worker_id: str, busy: int) -> bool:
     """One statement per beat: the worker is alive, with `busy` slots in use; False if it has no row."""
     with db.cursor() as cursor:
-        cursor.execute(f"UPDATE {WORKER} SET last_seen_at = now(), busy = %s WHERE id = %s", [busy, worker_id])
+        cursor.execute(_SEEN_SQL, [busy, worker_id])
         return bool(cursor.rowcount)
 
 

@@ -45,6 +45,51 @@ class NewMember:
     stride: float | None = None  # a fair kind's: its turn is taken when it becomes PENDING
 
 
+_INSERT_WORKFLOW_SQL = f"""
+            INSERT INTO {WORKFLOW} (id, name, status, run, members, callbacks, dedupe_key, dedupe_scope,
+                                    fingerprint, submitted_by, created_at, updated_at)
+            VALUES (%s, %s, {S.RUNNING}, 1, %s, %s::jsonb, %s, %s, %s, %s, now(), now())
+            ON CONFLICT DO NOTHING RETURNING id
+            """
+
+
+_INSERT_MEMBERS_SQL = f"""
+            WITH m AS MATERIALIZED (
+                SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
+                                     %s::timestamptz[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::float8[])
+                       AS m(id, name, kind, queue, priority, payload, budget, run_at, key, failure, roots, fair_key,
+                            stride)
+            ),
+            wf_roots AS MATERIALIZED (SELECT id, queue, kind, priority, fair_key, stride FROM m WHERE roots),
+            {graph.turns("wf_roots")},
+            inserted AS (
+                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
+                                   worker_id, last_error, dedupe_scope, submitted_by, concurrency_key, trace_context,
+                                   workflow_id, member_name, on_upstream_failure, created_at, updated_at, fair_key,
+                                   fair_seq)
+                SELECT m.id, m.kind, m.queue, m.priority, m.payload::jsonb,
+                       CASE WHEN m.roots THEN {S.PENDING} ELSE {S.WAITING} END, 0, m.budget,
+                       GREATEST(COALESCE(m.run_at, now()), now()), '', '', %s, %s, m.key, %s::jsonb,
+                       %s, m.name, m.failure, now(), now(), m.fair_key,
+                       CASE WHEN m.roots THEN ((SELECT t.m FROM wf_turns t) ->> m.id::text)::float8 ELSE m.stride END
+                  FROM m
+                RETURNING queue, status, run_at
+            )
+            SELECT pg_notify('{CHANNEL}', queue)
+              FROM (SELECT DISTINCT queue FROM inserted WHERE status = {S.PENDING} AND run_at <= now()) woken
+            """
+
+
+_INSERT_EDGES_SQL = f"""INSERT INTO {EDGE} (upstream, target, shard, workflow)
+                SELECT e.up, e.target, e.shard, %s
+                  FROM unnest(%s::uuid[], %s::uuid[], %s::int[]) AS e(up, target, shard)"""
+
+
+_INSERT_COUNTS_SQL = f"""INSERT INTO {COUNT} (target, shard, remaining, failed, workflow)
+                SELECT c.target, c.shard, c.remaining, 0, %s
+                  FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS c(target, shard, remaining)"""
+
+
 def store(
     *,
     workflow_id: uuid.UUID,
@@ -96,12 +141,7 @@ def store(
         count_remaining.append(shards or len(ups))
     with db.cursor() as cursor:
         cursor.execute(
-            f"""
-            INSERT INTO {WORKFLOW} (id, name, status, run, members, callbacks, dedupe_key, dedupe_scope,
-                                    fingerprint, submitted_by, created_at, updated_at)
-            VALUES (%s, %s, {S.RUNNING}, 1, %s, %s::jsonb, %s, %s, %s, %s, now(), now())
-            ON CONFLICT DO NOTHING RETURNING id
-            """,
+            _INSERT_WORKFLOW_SQL,
             [workflow_id, name, len(members), json.dumps(callbacks), dedupe_key, scope, fingerprint, submitted_by],
         )
         if cursor.fetchone() is None:
@@ -109,31 +149,7 @@ def store(
         # A root of a fair kind takes its turn now (as a batch's jobs do); a member that waits keeps
         # its stride in fair_seq, and takes its turn when its release makes it PENDING (graph.ended).
         cursor.execute(
-            f"""
-            WITH m AS MATERIALIZED (
-                SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::int[],
-                                     %s::timestamptz[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::float8[])
-                       AS m(id, name, kind, queue, priority, payload, budget, run_at, key, failure, roots, fair_key,
-                            stride)
-            ),
-            wf_roots AS MATERIALIZED (SELECT id, queue, kind, priority, fair_key, stride FROM m WHERE roots),
-            {graph.turns("wf_roots")},
-            inserted AS (
-                INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at,
-                                   worker_id, last_error, dedupe_scope, submitted_by, concurrency_key, trace_context,
-                                   workflow_id, member_name, on_upstream_failure, created_at, updated_at, fair_key,
-                                   fair_seq)
-                SELECT m.id, m.kind, m.queue, m.priority, m.payload::jsonb,
-                       CASE WHEN m.roots THEN {S.PENDING} ELSE {S.WAITING} END, 0, m.budget,
-                       GREATEST(COALESCE(m.run_at, now()), now()), '', '', %s, %s, m.key, %s::jsonb,
-                       %s, m.name, m.failure, now(), now(), m.fair_key,
-                       CASE WHEN m.roots THEN ((SELECT t.m FROM wf_turns t) ->> m.id::text)::float8 ELSE m.stride END
-                  FROM m
-                RETURNING queue, status, run_at
-            )
-            SELECT pg_notify('{CHANNEL}', queue)
-              FROM (SELECT DISTINCT queue FROM inserted WHERE status = {S.PENDING} AND run_at <= now()) woken
-            """,
+            _INSERT_MEMBERS_SQL,
             [
                 [m.id for m in members],
                 [m.name for m in members],
@@ -156,15 +172,11 @@ def store(
             ],
         )
         cursor.execute(
-            f"""INSERT INTO {EDGE} (upstream, target, shard, workflow)
-                SELECT e.up, e.target, e.shard, %s
-                  FROM unnest(%s::uuid[], %s::uuid[], %s::int[]) AS e(up, target, shard)""",
+            _INSERT_EDGES_SQL,
             [workflow_id, edge_up, edge_target, edge_shard],
         )
         cursor.execute(
-            f"""INSERT INTO {COUNT} (target, shard, remaining, failed, workflow)
-                SELECT c.target, c.shard, c.remaining, 0, %s
-                  FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS c(target, shard, remaining)""",
+            _INSERT_COUNTS_SQL,
             [workflow_id, count_target, count_shard, count_remaining],
         )
     return True
@@ -198,11 +210,14 @@ _CASCADE_SQL = door.statement(
 )
 
 
+_HANDED_ON_SQL = f"SELECT EXISTS (SELECT 1 FROM {CASCADE_TABLE} WHERE created_at < now() - make_interval(secs => %s))"
+
+
 def handed_on(*, older_than: float) -> bool:
     """Whether a cancel handed on more than `older_than` seconds ago is still waiting to go on."""
     with db.cursor() as cursor:
         cursor.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {CASCADE_TABLE} WHERE created_at < now() - make_interval(secs => %s))",
+            _HANDED_ON_SQL,
             [older_than],
         )
         return bool(cursor.fetchone()[0])
@@ -249,13 +264,16 @@ _CANCEL_SQL = door.statement(
 )
 
 
+_REQUEST_CANCEL_SQL = f"""UPDATE {WORKFLOW} SET cancel_requested_at = now(), updated_at = now()
+                 WHERE id = %s AND status = {S.RUNNING} AND cancel_requested_at IS NULL RETURNING id"""
+
+
 def cancel(workflow_id: uuid.UUID) -> tuple[int, int] | None:
     """Cancel a RUNNING workflow: its WAITING and PENDING members now, through the door, and a request
     to stop to each RUNNING one. None if it was not RUNNING; else (cancelled, asked to stop)."""
     with db.atomic(), db.cursor() as cursor:
         cursor.execute(
-            f"""UPDATE {WORKFLOW} SET cancel_requested_at = now(), updated_at = now()
-                 WHERE id = %s AND status = {S.RUNNING} AND cancel_requested_at IS NULL RETURNING id""",
+            _REQUEST_CANCEL_SQL,
             [workflow_id],
         )
         if cursor.fetchone() is None:
