@@ -20,6 +20,7 @@ logger = logging.getLogger("reliableq.queue")
 
 
 RESCUE_BATCH = 100
+_NOW_SQL = "SELECT now()"  # the rescue's database time, for the floor
 
 
 def rescue(floor: RescueFloor | None = None) -> list[Rescued]:
@@ -36,7 +37,7 @@ def rescue(floor: RescueFloor | None = None) -> list[Rescued]:
     began = time.monotonic()
     with db.atomic():
         with db.cursor() as cursor:
-            cursor.execute("SELECT now()")
+            cursor.execute(_NOW_SQL)
             at = cursor.fetchone()[0]
         rescued = rescue_expired((), since=floor.bound(sweep=sweep))
     floor.rescued(at=at, complete=len(rescued) < RESCUE_BATCH, sweep=sweep, began=began)
