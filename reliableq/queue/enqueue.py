@@ -17,8 +17,15 @@ from .fairness import Turn, first_turn_params, first_turn_sql
 from .sql import JOB, S
 
 CHANNEL = "reliableq"
+
+
 # The payload is the queue; run_at in the future needs no wake-up now (workers poll).
-NOTIFY_SQL = f"CASE WHEN inserted.run_at <= now() THEN pg_notify('{CHANNEL}', inserted.queue) END"
+def notify_sql(row: str) -> str:
+    """SQL: wake the idle workers of the queue of `row` (a CTE's name) if its job is due, on commit."""
+    return f"CASE WHEN {row}.run_at <= now() THEN pg_notify('{CHANNEL}', {row}.queue) END"
+
+
+_NOTIFY_INSERTED = notify_sql("inserted")  # a fragment, not a statement: not listed
 
 _INSERT_COLUMNS = """id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,
                    last_error, dedupe_key, dedupe_scope, submitted_by, concurrency_key, unique_key,
@@ -41,7 +48,7 @@ def _submit_sql(keyed: bool | None) -> str:
         RETURNING run_at, created_at, updated_at, queue
     )
     -- Wakes idle workers of this queue when (and only if) the transaction commits.
-    SELECT run_at, created_at, updated_at, {NOTIFY_SQL} FROM inserted
+    SELECT run_at, created_at, updated_at, {_NOTIFY_INSERTED} FROM inserted
 """
 
 
@@ -65,7 +72,7 @@ def _debounce_sql(keyed: bool | None) -> str:
          WHERE job.status = {S.PENDING}
         RETURNING (xmax = 0) AS inserted, {", ".join(f"job.{f.column}" for f in _FIELDS)}
     )
-    SELECT upserted.*, {NOTIFY_SQL.replace("inserted.", "upserted.")} FROM upserted
+    SELECT upserted.*, {notify_sql("upserted")} FROM upserted
 """
 
 
@@ -113,7 +120,7 @@ def _bounded_submit_sql(keyed: bool | None) -> str:
         ON CONFLICT DO NOTHING
         RETURNING run_at, created_at, updated_at, queue
     )
-    SELECT inserted.run_at, inserted.created_at, inserted.updated_at, {NOTIFY_SQL}, (SELECT n FROM held)
+    SELECT inserted.run_at, inserted.created_at, inserted.updated_at, {_NOTIFY_INSERTED}, (SELECT n FROM held)
       FROM (SELECT 1) AS one LEFT JOIN inserted ON true
 """
 
