@@ -334,6 +334,23 @@ def _targets(bench: Any) -> list[dict[str, Any]]:
         "jobs/s",
         spread=_spread(enqueue_one) if enqueue_one else None,
     )
+    paths = r.get("enqueue_paths", {})
+    # The enqueue goals (issue 48): each path against procrastinate and against the ceiling of a plain
+    # Django create of the same row, measured in the same repetitions.
+    for mode, label, against, goal in (
+        ("one", "one job per transaction", "procrastinate", 1.2),
+        ("atomic", "one job per atomic() block", "procrastinate", 1.2),
+        ("bulk", "bulk", "procrastinate", 2.0),
+        ("one", "one job per transaction", "django", 0.8),
+        ("atomic", "one job per atomic() block", "django", 0.8),
+    ):
+        mine, theirs = paths.get("reliableq", {}).get(mode), paths.get(against, {}).get(mode)
+        what = "procrastinate" if against == "procrastinate" else "a plain Django create of the same row"
+        name = f"enqueue, {label}, vs {what}"
+        if mine and theirs and mine.values and theirs.values and theirs.median:
+            add(name, mine.median / theirs.median, goal, "x", spread=_ratio_spread(mine, theirs))
+        else:
+            add(name, None, goal, "x", why="not measured in this run (ingestion, with peers)")
     if "pileup" in r:
         levels = r["pileup"]
         base = levels[min(levels)]

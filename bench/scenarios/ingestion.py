@@ -102,6 +102,7 @@ def ingestion(bench: Bench, s: Section) -> None:
         "python": {k: {m: v.to_json() for m, v in d.items()} for k, d in python.items()},
     }
     bench.results["enqueue_one"] = python["reliableq"]["one"]  # a Summary: the targets quote its median and range
+    bench.results["enqueue_paths"] = python  # system -> mode -> Summary: the enqueue goals' ratios
     bench.results["ingestion"] = s.data
     from .. import report
 
