@@ -82,10 +82,16 @@ class ClaimFloors:
         self._at: dict[str, tuple[int, Any, uuid.UUID]] = {}
         self._since: dict[str, Any] = {}  # per queue: the oldest run_at a claim excluding kinds reads
         self._seen: Any = None  # the database time of this worker's latest claim that took a job
+        self._short = True  # the latest claim came back short (or none was made yet)
 
     def sweeping(self) -> bool:
         """True when the next claim should read its queues from the start."""
         return self._sweeps.due()
+
+    def walking(self) -> bool:
+        """True when the next claim should read past its floor's priority: the latest came back short,
+        so the floor's priority may have no due row left. A claim that filled up reads only there."""
+        return self._short
 
     def bound(self, queue: str, *, sweep: bool) -> tuple[int, Any, Any, Any]:
         """The (priority, run_at, id) a claim of `queue` reads from, and the oldest run_at a claim that
@@ -132,6 +138,8 @@ class ClaimFloors:
         # A row that turns due later has a run_at from after an earlier claim of this worker less
         # the slack, like a floor's; a claim that excludes kinds (their backlog is never taken by
         # it, so never moves its floor) reads only from there, not through that whole backlog.
+        exhausted = list(exhausted)
+        self._short = bool(exhausted)
         if self._seen is not None:
             since = self._seen - self._slack
             for queue in exhausted:

@@ -127,11 +127,14 @@ def take_sql(
     kind: str | None,
     floored: bool = False,
     fair: tuple[str, ...] = (),
+    walk: bool = True,
 ) -> tuple[str, tuple[Any, ...]]:
-    """The claim statement for these queues and this limit, compiled by the ORM once and then reused."""
-    pick, pick_params = picked_sql(queues, limit, exclude, kind, floored=floored, fair=fair)
+    """The claim statement for these queues and this limit, made once and then reused."""
+    pick, pick_params = picked_sql(queues, limit, exclude, kind, floored=floored, fair=fair, walk=walk)
     return claim_sql(pick), pick_params
 
+
+MAX_ID = "ffffffff-ffff-ffff-ffff-ffffffffffff"  # past every uuid
 
 # A queue state row `q` that pauses its queue now, by database time.
 PAUSED_NOW = "q.paused_at IS NOT NULL AND (q.paused_until IS NULL OR q.paused_until > now())"
@@ -162,64 +165,79 @@ class Floor:
 
 
 def _arm(queue: str, limit: int, exclude: tuple[str, ...], kind: str | None, per_key: int | None,
-         names: tuple[str, ...], *, floored: bool) -> tuple[str, tuple[Any, ...]]:  # fmt: skip
+         names: tuple[str, ...], *, floored: bool, walk: bool) -> tuple[str, tuple[Any, ...]]:  # fmt: skip
     """One queue's best `limit` due, unlocked rows, in (priority, run_at, id) order.
 
     The due index is ordered (queue, priority, run_at, id): within one priority the rows due now come
     first and the rows due later (sleeping jobs, retries in backoff, jobs enqueued to run tomorrow)
     after them, so one scan of the queue would step over every one of those on each claim that
-    finds fewer than `limit` due rows. So the queue is walked a priority at a time: each priority's
-    rows are one index range bounded by `run_at <= now`, and the next priority is one index probe
-    (a loose scan: the priorities in use are few). The walk starts at the first PENDING row at or
-    past the floor (the first row in index order, due or not: the same ordered read the pick always
-    was), hands rows over in order and is pulled lazily, so the LIMIT ends it as soon as it has
-    enough: the next priority is probed only when one runs out of due rows.
+    finds fewer than `limit` due rows. So the queue is read a priority at a time: each priority's
+    rows are one index range that ends at `run_at <= now`. A floored pick reads its floor's
+    priority from the floor's row first (the one index range a claim usually needs); then, only if
+    that gave too few, the priorities after it, each found by one index probe (a loose scan: the
+    priorities in use are few). The ranges hand rows over in order and are pulled lazily, so the
+    LIMIT ends the read as soon as it has enough. A pick without a floor (or a sweep) starts at
+    the queue's first PENDING row. Without `walk`, a floored pick reads its floor's priority only:
+    what a claim whose last one filled up sends (the walk's statement costs some 40 us more to
+    start, read or not), leaving the priorities after it to the next claim if this one falls short.
     """
     pending = f"{JOB}.status = {S.PENDING} AND {JOB}.queue = %s"
+    order = f"ORDER BY {JOB}.priority, {JOB}.run_at, {JOB}.id"
     not_paused = f"NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = %s AND {PAUSED_NOW})"
-    floor, floor_params = "", []
-    if floored:
-        floor = f" AND ({JOB}.priority, {JOB}.run_at, {JOB}.id) >= ((%s)::integer, (%s)::timestamptz, (%s)::uuid)"
-        floor_params = [Floor(queue, 0), Floor(queue, 1), Floor(queue, 2)]
-    # In the order of the statement: the walk's start, its step, then the range of each priority.
-    params: list[Any] = [queue, queue, *floor_params, queue, queue, queue, *floor_params]
-    filters = floor
+    filters, filter_params = "", list[Any]()
     if floored and exclude:  # the other kinds' backlog is never taken here: read only rows due since
         filters += f" AND {JOB}.run_at >= (%s)::timestamptz"
-        params.append(Floor(queue, 3))
+        filter_params.append(Floor(queue, 3))
     if exclude:
         placeholders = ", ".join(["%s"] * len(exclude))  # one each: an array's estimate sent picks off the index
         filters += f" AND {filter_only(f'{JOB}.kind NOT IN ({placeholders})')}"
-        params += exclude
+        filter_params += exclude
     if kind is not None:
         filters += f" AND {filter_only(f'{JOB}.kind = %s')}"
-        params.append(kind)
+        filter_params.append(kind)
     if per_key:
         filters += f" AND NOT {KEY_SATURATED}"
-        params += [per_key, per_key]
-    params.append(queue)  # the pause names no job row: a one-time filter, checked once per statement
+        filter_params += [per_key, per_key]
     columns = ", ".join(f"{JOB}.{name}" for name in names)
-    order = f"ORDER BY {JOB}.priority, {JOB}.run_at, {JOB}.id"
-    return (
-        f"""SELECT {", ".join(names)} FROM (
-            WITH RECURSIVE priorities(p) AS (
-                SELECT (SELECT {JOB}.priority FROM {JOB} WHERE {pending} AND {not_paused}{floor} {order} LIMIT 1)
+
+    def priority_range(priority: str, start: str = "") -> str:
+        """One priority's due rows, from `start` (a condition on (run_at, id)) if given."""
+        return f"""SELECT {columns} FROM {JOB}
+             WHERE {pending} AND {JOB}.priority = {priority} AND {JOB}.run_at <= statement_timestamp(){start}{filters}
+             ORDER BY {JOB}.run_at, {JOB}.id LIMIT {int(limit)} FOR UPDATE OF {JOB} SKIP LOCKED"""
+
+    # The first priority of the walk: the first PENDING row's in index order, at or past `after`.
+    def first(after: str) -> str:
+        return f"(SELECT {JOB}.priority FROM {JOB} WHERE {pending} AND {not_paused}{after} {order} LIMIT 1)"
+
+    walk_from, walk_params = first(""), list[Any]([queue, queue])
+    head, head_params = "", list[Any]()
+    if floored:
+        # The floor's own priority, from the floor's row: (run_at, id), the columns after the
+        # priority's equality, so that the index scan starts there.
+        start = f" AND ({JOB}.run_at, {JOB}.id) >= ((%s)::timestamptz, (%s)::uuid)"
+        head = f"SELECT * FROM ({priority_range('(%s)::integer', start)}) AS floor_priority UNION ALL "
+        head_params = [queue, Floor(queue, 0), Floor(queue, 1), Floor(queue, 2), *filter_params]
+        # Then the priorities after it: past every row of the floor's priority.
+        walk_from = first(f" AND ({JOB}.priority, {JOB}.run_at, {JOB}.id) > ((%s)::integer, 'infinity', '{MAX_ID}')")
+        walk_params = [queue, queue, Floor(queue, 0)]
+    if floored and not walk:
+        return (
+            f"SELECT {', '.join(names)} FROM ({priority_range('(%s)::integer', start)}) AS due WHERE {not_paused}",
+            (*head_params, queue),
+        )
+    walked = f"""SELECT * FROM (WITH RECURSIVE priorities(p) AS (
+                SELECT {walk_from}
                 UNION ALL
                 SELECT (SELECT {JOB}.priority FROM {JOB}
-                         WHERE {pending} AND {JOB}.priority > priorities.p AND {not_paused} {order} LIMIT 1)
+                         WHERE {pending} AND {JOB}.priority > priorities.p {order} LIMIT 1)
                   FROM priorities WHERE priorities.p IS NOT NULL
             )
-            SELECT d.* FROM priorities CROSS JOIN LATERAL (
-                SELECT {columns} FROM {JOB}
-                 WHERE {pending} AND {JOB}.priority = priorities.p
-                   AND {JOB}.run_at <= statement_timestamp(){filters} AND {not_paused}
-                 ORDER BY {JOB}.run_at, {JOB}.id
-                 LIMIT {int(limit)}
-                   FOR UPDATE OF {JOB} SKIP LOCKED
-            ) d
-            LIMIT {int(limit)}
-        ) AS due""",
-        tuple(params),
+            SELECT d.* FROM priorities CROSS JOIN LATERAL ({priority_range("priorities.p")}) d) AS walk"""
+    return (
+        # The pause names no job row: a one-time filter, checked before anything is read.
+        f"SELECT {', '.join(names)} FROM ({head}{walked} LIMIT {int(limit)}) AS due WHERE {not_paused}",
+        (*head_params, *walk_params, queue, queue, *filter_params, queue),
     )
 
 
@@ -233,6 +251,7 @@ def picked_sql(
     *,
     floored: bool = False,
     fair: tuple[str, ...] = (),
+    walk: bool = True,
 ) -> tuple[str, tuple[Any, ...]]:
     """Lock the best `limit` due rows of these queues: ids only, each queue read in due-index order.
 
@@ -252,7 +271,8 @@ def picked_sql(
     if fair:
         names += ["kind", "queue", "fair_seq"]
     arms = [
-        _arm(queue, limit, exclude, kind, per_key, tuple(names), floored=floored) for queue in dict.fromkeys(queues)
+        _arm(queue, limit, exclude, kind, per_key, tuple(names), floored=floored, walk=walk)
+        for queue in dict.fromkeys(queues)
     ]
     picked = ", ".join(names) if fair else "id, concurrency_key" if per_key else "id"
     params = tuple(p for _, arm_params in arms for p in arm_params)
@@ -328,21 +348,29 @@ def take(
     that were only tokens, and hide the kind's backlog until the next sweep.
     """
     if floors is None or kind is not None or fair:
-        jobs, _ = run_claim(take_sql(queues, limit, exclude, kind, fair=fair), worker_id, lease_seconds)
-        return jobs
+        return run_claim(take_sql(queues, limit, exclude, kind, fair=fair), worker_id, lease_seconds)[0]
     sweep = floors.sweeping()
-    began = time.monotonic()
-    sql, params = take_sql(queues, limit, exclude, kind, floored=True)
-    filled = tuple(floors.bound(p.queue, sweep=sweep)[p.part] if isinstance(p, Floor) else p for p in params)
-    jobs, at = run_claim((sql, filled), worker_id, lease_seconds)
-    floors.claimed(
-        [(job.queue, job.priority, job.run_at, job.id) for job in jobs],
-        at=at,
-        sweep=sweep,
-        began=began,
-        exhausted=queues if len(jobs) < limit else (),
-    )
-    return jobs
+    # One queue whose last claim filled up reads its floor's priority only; if that falls short, the
+    # rest of the room is claimed at once by the walk past it. Several queues always walk, so that no
+    # queue's next priority waits behind another queue's backlog.
+    walk = sweep or len(set(queues)) > 1 or floors.walking()
+    jobs: list[ClaimedJob] = []
+    while True:
+        began, room = time.monotonic(), limit - len(jobs)
+        sql, params = take_sql(queues, room, exclude, kind, floored=True, walk=walk)
+        filled = tuple(floors.bound(p.queue, sweep=sweep)[p.part] if isinstance(p, Floor) else p for p in params)
+        taken, at = run_claim((sql, filled), worker_id, lease_seconds)
+        floors.claimed(
+            [(job.queue, job.priority, job.run_at, job.id) for job in taken],
+            at=at,
+            sweep=sweep,
+            began=began,
+            exhausted=queues if len(taken) < room else (),
+        )
+        jobs += taken
+        if walk or len(taken) == room:
+            return jobs
+        walk, sweep = True, False
 
 
 def take_ids(ids: list[uuid.UUID], worker_id: str, lease_seconds: float) -> tuple[list[ClaimedJob], Any]:

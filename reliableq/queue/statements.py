@@ -29,6 +29,7 @@ SHAPES: dict[str, Callable[[], str]] = {
     "claim": lambda: pick.take_sql(("default",), 10, (), None)[0],
     "claim.queues": lambda: pick.take_sql(("default", "mail"), 10, (), None)[0],
     "claim.floored": lambda: pick.take_sql(("default",), 10, (), None, floored=True)[0],
+    "claim.floored.head": lambda: pick.take_sql(("default",), 10, (), None, floored=True, walk=False)[0],
     "claim.fair": lambda: pick.take_sql(("default",), 10, (), None, fair=("fair.kind",))[0],
     "claim.rated": lambda: limits.rated_sql(("default",), 10, "rated.kind", Rate(10, 1.0))[0],
     "claim.capped": lambda: pick.take_sql(("default",), 10, (), "capped.kind")[0],

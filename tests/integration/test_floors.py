@@ -13,11 +13,14 @@ import datetime as dt
 import json
 
 import pytest
+from django.db import connections
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 import reliableq
 from reliableq import queue as jobqueue
 from reliableq import services
+from reliableq.conf import queue_alias
 from reliableq.floors import ClaimFloors, RescueFloor
 from reliableq.models import Job, JobStatus
 from reliableq.queue import Finish, db
@@ -228,3 +231,25 @@ def test_a_claim_excluding_a_limited_kind_reads_past_its_backlog_only_from_its_s
     assert [j.id for j in claim_limited(floors) if j.kind != "demo.noop"] == [fresh.pk]
     clock.now = 61.0
     assert [j.id for j in claim_limited(floors) if j.kind != "demo.noop"] == [old.pk]
+
+
+def test_a_claim_after_a_full_one_reads_the_floors_priority_then_walks_past_it_at_once() -> None:
+    """One queue whose last claim filled up reads its floor's priority only (the cheaper statement);
+    when that falls short, the same claim takes the rest of its room from the next priority."""
+    first = services.enqueue_many("demo.noop", [{}] * 4, priority=0)
+    later = services.enqueue_many("demo.noop", [{}] * 3, priority=5)
+    floors = ClaimFloors(clock=Clock())  # the clock stands still: the first claim is the only sweep
+    assert floors.walking()  # no claim yet
+
+    took = claim(floors, limit=3)
+    assert {j.priority for j in took} == {0} and len(took) == 3
+    assert not floors.walking()  # it filled up
+
+    with CaptureQueriesContext(connections[queue_alias()]) as sent:
+        took = claim(floors, limit=3)  # one row of priority 0 is left: then the walk, in the same claim
+    assert [j.priority for j in took] == [0, 5, 5]
+    assert ["WITH RECURSIVE" in q["sql"] for q in sent.captured_queries] == [False, True]  # the floor's, the walk
+    assert not floors.walking()
+    took = claim(floors, limit=3)
+    assert [j.priority for j in took] == [5] and floors.walking()
+    assert Job.objects.filter(id__in=first + later, status=JobStatus.RUNNING).count() == 7

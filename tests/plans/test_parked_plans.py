@@ -49,6 +49,7 @@ def picks() -> dict[str, tuple[str, tuple[Any, ...]]]:
     forms = {
         "plain": pick.picked_sql(tables.QUEUES, 10, (), None),
         "floored": pick.picked_sql(tables.QUEUES, 10, (), None, floored=True),
+        "floor's priority": pick.picked_sql(tables.QUEUES[:1], 10, (), None, floored=True, walk=False),
         "other kinds": pick.picked_sql(tables.QUEUES, 10, (tables.CAPPED,), None, floored=True),
         "one kind": pick.picked_sql(tables.QUEUES, 10, (), tables.CAPPED),
         "per key": pick.picked_sql(tables.QUEUES, 30, (), tables.CAPPED, 1),
