@@ -79,6 +79,10 @@ def leftovers(db_url: str) -> tuple[list[Job], list[Job]]:
     return dead, waiting
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def tour(db_url: str, leftovers: tuple[list[Job], list[Job]]) -> Iterator[Tour]:
     """`manage.py demo --serve` on the test database, started as a person would, up to its "password:" line."""
@@ -90,6 +94,9 @@ def tour(db_url: str, leftovers: tuple[list[Job], list[Job]]) -> Iterator[Tour]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # As from a terminal: a suite run in the background (`cmd &`) ignores SIGINT, and a child
+        # inherits that, so the Ctrl-C this test sends would never reach the tour.
+        preexec_fn=_interruptible,
     )
     running = Tour(process=process)
     reader = threading.Thread(
