@@ -387,7 +387,9 @@ class FailoverRun:
         return ids
 
     def settle(self, timeout: float) -> None:
-        """Wait until every job on the primary has finished, or `timeout` passes (the count says which not)."""
+        """Wait until every job on the primary has finished and every worker that lost the database
+        says it is back (its last parts may reconnect after the jobs ran out), or `timeout` passes
+        (the count and the logs then say which not)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -395,11 +397,18 @@ class FailoverRun:
                     (left,) = conn.execute(
                         "SELECT count(*) FROM reliableq_job WHERE status NOT IN ('SUCCEEDED', 'DEAD', 'CANCELLED')"
                     ).fetchone()  # type: ignore[misc]
-                if left == 0:
+                if left == 0 and self._all_back():
                     return
             except psycopg.OperationalError:  # a rebuilt node still starting: ask again
                 pass
             time.sleep(0.2)
+
+    def _all_back(self) -> bool:
+        for name in self.workers:
+            log = (self.log_dir / f"{name}.log").read_text(errors="replace")
+            if log.count("the database is unavailable") > log.count("the database is back after"):
+                return False
+        return True
 
     def finish(self, *, settle_seconds: float = 90.0) -> Outcome:
         self.stop_load()
