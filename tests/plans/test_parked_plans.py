@@ -11,17 +11,16 @@ the statistics say, in each of the pick's forms.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 
 from reliableq.floors import NO_ID, NO_PRIORITY, NO_TIME
 from reliableq.queue import pick
 
 from . import tables
+from .explain import explain
 
 PARKED = tables.Mix(due=40, scheduled=100_000, running=50, succeeded=2_000)
 BUFFERS = 120  # the walk reads a few index pages per priority (two here) and the rows it locks
@@ -60,21 +59,12 @@ def picks() -> dict[str, tuple[str, tuple[Any, ...]]]:
     }
 
 
-def explained(sql: str, params: tuple[Any, ...]) -> dict[str, Any]:
-    """The pick run under EXPLAIN ANALYZE and rolled back (its row locks with it)."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
-        document = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    return (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize("state", list(STATES))
 def test_a_pick_beside_100000_parked_jobs_reads_a_few_dozen_buffers(state: str, plan_tables: None) -> None:
     STATES[state](PARKED)
     read = {}
     for name, (sql, params) in picks().items():
-        plan = explained(sql, params)
-        read[name] = (plan["Shared Hit Blocks"] + plan["Shared Read Blocks"], plan["Actual Rows"])
+        plan = explain(sql, params)  # rolled back, its row locks with it
+        read[name] = (plan.buffers, plan.root["Actual Rows"])
     assert all(buffers <= BUFFERS for buffers, _ in read.values()), str(read)
     assert read["plain"][1] == 10 and read["floored"][1] == 10, read  # the due rows are still found
