@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 BENCH_KEY = os.environ.setdefault("TESTPROJECT_BENCH_VIEWS", secrets.token_hex(20))
@@ -60,6 +61,22 @@ def _setup(*, migrate: bool) -> str:
     return accounts.token_for(USER, "reliableq.submit_job")
 
 
+def post(handler: Any, path: str, body: bytes, **headers: str) -> str:
+    """POST `body` (JSON) to `path` through a WSGI handler, in this process: the answer's status line.
+    `headers` are WSGI keys (HTTP_AUTHORIZATION=...)."""
+    environ = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000",
+        "HTTP_HOST": "127.0.0.1:8000", "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_TYPE": "application/json", "wsgi.url_scheme": "http", "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1", **headers,
+    }  # fmt: skip
+    status: list[str] = []
+    answer = handler(environ, lambda code, _headers, status=status: status.append(code))
+    b"".join(answer)
+    answer.close()
+    return status[0]
+
+
 def _inner(path: str, count: int) -> None:
     """Make `count` requests of the path through Django's WSGI handler (run under valgrind)."""
     token = _setup(migrate=False)  # the outer process migrated
@@ -67,23 +84,11 @@ def _inner(path: str, count: int) -> None:
 
     handler = WSGIHandler()
     body = json.dumps({"kind": "demo.noop", "payload": {"n": 1}, "queue": QUEUE}).encode()
+    who = {"HTTP_AUTHORIZATION": f"Token {token}"} if path == "api" else {"HTTP_X_BENCH_KEY": BENCH_KEY}
     for _ in range(count):
-        environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": PATHS[path], "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000",
-            "HTTP_HOST": "127.0.0.1:8000", "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
-            "CONTENT_TYPE": "application/json", "wsgi.url_scheme": "http", "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-        }  # fmt: skip
-        if path == "api":
-            environ["HTTP_AUTHORIZATION"] = f"Token {token}"
-        else:
-            environ["HTTP_X_BENCH_KEY"] = BENCH_KEY
-        status: list[str] = []
-        answer = handler(environ, lambda code, headers, status=status: status.append(code))
-        b"".join(answer)
-        answer.close()
-        if not status[0].startswith("202"):
-            raise SystemExit(f"{PATHS[path]} answered {status[0]}")
+        status = post(handler, PATHS[path], body, **who)
+        if not status.startswith("202"):
+            raise SystemExit(f"{PATHS[path]} answered {status}")
 
 
 def _instructions(path: str, count: int) -> int:

@@ -17,7 +17,6 @@ Needs a database (DATABASE_URL or the embedded server).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -50,23 +49,16 @@ def _setup() -> tuple[str, Any]:
 
 def _turn(handler: Any, token: str, count: int) -> list[float]:
     """`count` requests, one after another: each one's seconds."""
+    from .httpcost import post
+
     body = json.dumps({"kind": "demo.noop", "payload": {"n": 1}, "queue": QUEUE}).encode()
     took = []
     for _ in range(count):
-        environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": "/v1/jobs", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000",
-            "HTTP_HOST": "127.0.0.1:8000", "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
-            "CONTENT_TYPE": "application/json", "wsgi.url_scheme": "http", "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1", "HTTP_AUTHORIZATION": f"Token {token}",
-        }  # fmt: skip
-        status: list[str] = []
         began = time.perf_counter()
-        answer = handler(environ, lambda code, headers, status=status: status.append(code))
-        b"".join(answer)
-        answer.close()
+        status = post(handler, "/v1/jobs", body, HTTP_AUTHORIZATION=f"Token {token}")
         took.append(time.perf_counter() - began)
-        if not status[0].startswith("202"):
-            raise SystemExit(f"POST /v1/jobs answered {status[0]}")
+        if not status.startswith("202"):
+            raise SystemExit(f"POST /v1/jobs answered {status}")
     return took
 
 
@@ -95,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | --- | ---: | ---: |")
     for n in range(args.rounds):
         for way in WAYS if n % 2 == 0 else reversed(WAYS):
-            tokenfunction.positions = with_function if way == "function" else (lambda *a, **k: None)  # type: ignore[assignment]
+            tokenfunction.positions = with_function if way == "function" else (lambda *a, **k: None)
             try:
                 took = _turn(handler, token, args.requests)
             finally:
-                tokenfunction.positions = with_function  # type: ignore[assignment]
+                tokenfunction.positions = with_function
             medians[way].append(statistics.median(took))
             print(f"| {n + 1} | {way} | {statistics.median(took) * 1e6:,.0f} | {_p99(took) * 1e6:,.0f} |", flush=True)
     Job.objects.filter(queue=QUEUE).delete()
