@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 
-from django.db import OperationalError, connections, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -192,3 +192,27 @@ def retry_deadlocks(func: Callable[P, R]) -> Callable[P, R]:
         raise AssertionError("unreachable")
 
     return retrying
+
+
+def again_if_dropped(func: Callable[P, R]) -> Callable[P, R]:
+    """Run a statement that is safe to send twice once more, on a new connection, when the server had
+    dropped this thread's connection (a restart, a terminated backend) and the statement met that.
+
+    Without it, a step whose function ran would lose its record to a connection broken while the
+    handler was busy, and the function would run again in the next attempt. Only outside a
+    transaction: inside one, the transaction is lost with its connection and the error goes up."""
+
+    @functools.wraps(func)
+    def again(*args: P.args, **kwargs: P.kwargs) -> R:
+        conn = connection()
+        if conn.in_atomic_block:
+            return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            if conn.connection is None or conn.is_usable():
+                raise
+            conn.close()
+        return func(*args, **kwargs)
+
+    return again

@@ -280,10 +280,11 @@ class ClaimedJob:
         return _off_loop(method, *args) if self._async else method(*args)
 
     def _records(self) -> _Recorded:
-        """What this job recorded, read once per attempt."""
+        """What this job recorded, read once per attempt. Nothing in its first: a record needs a
+        claim's lease, each claim counts an attempt, and no count goes down (a replay keeps it)."""
         state = self._recorded
         if state is None:
-            _, found = recorded.load(self.id)
+            found = recorded.load(self.id)[1] if self.attempt > 1 else {}
             state = _Recorded(found)
             object.__setattr__(self, "_recorded", state)
         return state

@@ -59,6 +59,7 @@ class LeaseLost(Exception):
     """The attempt no longer holds its job's lease (another owner took it back): it recorded nothing."""
 
 
+@db.again_if_dropped
 def load(job_id: uuid.UUID) -> tuple[float, dict[str, tuple[str, Any]]]:
     """The database's clock, and every name the job recorded: (kind, value)."""
     with db.cursor() as cursor:
@@ -68,9 +69,11 @@ def load(job_id: uuid.UUID) -> tuple[float, dict[str, tuple[str, Any]]]:
     return float(now), {name: (kind, value) for name, (kind, value) in (found or {}).items()}
 
 
+@db.again_if_dropped
 def record(job_id: uuid.UUID, token: uuid.UUID, attempt: int, name: str, kind: str, encoded: str) -> float:
     """Record `encoded` (JSON) under `name`, fenced by the lease; the database's clock when it did.
-    LeaseLost if the attempt's lease is gone (or a step of that name was recorded already)."""
+    LeaseLost if the attempt's lease is gone (or a step of that name was recorded already: so when a
+    record sent again after a dropped connection had in fact committed, the next attempt reads it)."""
     with db.cursor() as cursor:
         db.run(cursor, _RECORD_SQL, [job_id, token, name, kind, encoded, attempt])
         row = cursor.fetchone()
@@ -89,6 +92,7 @@ def sleep_until(job_id: uuid.UUID, token: uuid.UUID, attempt: int, name: str, se
     return float(row[0])
 
 
+@db.again_if_dropped
 def wait_state(job_id: uuid.UUID, name: str) -> tuple[float, tuple[str, Any] | None, tuple[Any] | None]:
     """(the database's clock, (kind, value) recorded under `name` or None, (payload,) of the event or None)."""
     with db.cursor() as cursor:

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 import reliableq
 from reliableq import queue as jobqueue
@@ -100,6 +101,42 @@ def test_a_stale_attempt_records_no_step_and_learns_it_lost_its_lease(log: Path)
         stale.step("one", lambda: "stale")
     assert current.step("one", lambda: "current") == "current"
     assert list(Step.objects.filter(job_id=job_id).values_list("value", "attempt")) == [("current", 2)]
+
+
+def test_a_first_attempt_reads_no_records_and_a_later_one_reads_them_once(log: Path) -> None:
+    """Nothing can be recorded before a job's first claim, so its first attempt's step is one statement."""
+    job_id = reliableq.enqueue("steps.three", {"log": str(log)}).id
+    [first] = claim_jobs()
+    with CaptureQueriesContext(connections[queue_alias()]) as sent:
+        first.step("one", lambda: 1)
+        first.step("two", lambda: 2)
+    assert first.attempt == 1 and len(sent) == 2, [q["sql"][:60] for q in sent.captured_queries]
+    expire(job_id)
+    jobqueue.rescue()
+    make_due(job_id)
+    [second] = claim_jobs()
+    with CaptureQueriesContext(connections[queue_alias()]) as sent:
+        assert second.step("one", lambda: "again") == 1
+        assert second.step("two", lambda: "again") == 2
+        second.step("three", lambda: 3)
+    assert second.attempt == 2 and len(sent) == 2, "one read of the records, then the new step's record"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_whose_connection_was_dropped_while_it_ran_is_recorded_on_a_new_one(log: Path) -> None:
+    job_id = reliableq.enqueue("steps.three", {"log": str(log)}).id
+    [taken] = claim_jobs()
+    conn = connections[queue_alias()]
+    conn.ensure_connection()
+    mine = conn.connection.info.backend_pid
+
+    def dropped_while_it_ran() -> str:
+        in_thread(lambda: connections[queue_alias()].cursor().execute("SELECT pg_terminate_backend(%s)", [mine]))
+        return "done"
+
+    assert taken.step("one", dropped_while_it_ran) == "done"
+    assert conn.connection.info.backend_pid != mine, "recorded on a new connection"
+    assert list(Step.objects.filter(job_id=job_id).values_list("name", "value")) == [("one", "done")]
 
 
 def test_a_loop_resumes_at_its_last_checkpoint(log: Path) -> None:
