@@ -172,12 +172,14 @@ def steps_cost(bench: Bench, s: Section) -> None:
     s.tables.append(table(["parked jobs", "claim ms p50", "claim ms p99", "p99 vs none", "claims"], claim_rows))
     step_ms = med([r["call_ms_p50"] for r in cost["one step"]])
     ratios = {arm: med([c["claim_p99_ms"] for c in claims[arm]]) / base99 for arm in PARKED_ARMS}
+    later_ms = med([r["call_ms_p50"] for r in long])
     s.notes.append(
         f"Medians over {p.reps} repetition(s), each one's range in brackets. Goals: a step under {GOAL_STEP_MS} ms "
-        f"(median call {step_ms:.3f} ms: {'met' if step_ms < GOAL_STEP_MS else 'missed'}) and one commit per step "
-        f"({med([r['net_commits_per_step'] for r in long]):.3f} over {p.steps_long:,} steps, beyond an empty job's; "
-        "one write transaction a step, and a job's first step also reads what the job recorded, one read-only "
-        "transaction an attempt); the claim's p99 beside parked jobs "
+        f"(a job's first step {step_ms:.3f} ms: {'met' if step_ms < GOAL_STEP_MS else 'missed'}; a step in the "
+        f"{p.steps_long:,}-step job {later_ms:.3f} ms: {'met' if later_ms < GOAL_STEP_MS else 'missed'}) and one "
+        f"commit per step ({med([r['net_commits_per_step'] for r in long]):.3f} over {p.steps_long:,} steps, beyond "
+        "an empty job's; one write transaction a step; a retried attempt's first step also reads what the job "
+        "recorded, one read-only transaction that attempt); the claim's p99 beside parked jobs "
         f"within {100 * (GOAL_CLAIM_RATIO - 1):.0f}% of none's: "
         + "; ".join(f"{arm} {ratios[arm]:.2f}x" for arm in PARKED_ARMS if arm != "none")
         + "."
