@@ -15,7 +15,7 @@ it:
 - a start (Change.STARTED), or a wake of a job that waited for an event (Change.WOKEN), needs nothing
   more; a job parked to wait (job.wait_for) or to sleep is a finish that ends nothing.
 
-After the statement, run() (or followup(), for a caller that executes it its own way) does the one
+After the statement, run() (or follow(), for a caller that executes it its own way) does the one
 thing that needs a fresh snapshot: cancel_stuck(), when the statement says so. Each statement
 begins with `/* reliableq:<name> */`, so that it is found by name in pg_stat_statements and in
 tests/integration/test_door.py, which fails if a status changes by any other statement.
@@ -96,15 +96,17 @@ def run(cursor: CursorWrapper, sql: str, params: Sequence[Any], *, prepared: boo
         db.run(cursor, sql, params)
     else:
         cursor.execute(sql, params)
-    return followup(cursor.fetchall())
+    rows = cursor.fetchall()
+    follow(rows)
+    return [row[:-1] for row in rows]
 
 
-def followup(rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def follow(rows: Sequence[tuple[Any, ...]]) -> None:
     """What follows a door statement once it has run (rows: the job id first, recheck last), in the
-    same transaction: cancel_stuck() of the jobs it changed when it asks for it."""
+    same transaction: cancel_stuck() of the jobs it changed when it asks for it. (The finish reads
+    its rows with the recheck still on them: no row copied per job.)"""
     if any(row[-1] for row in rows):
         cancel_stuck([row[0] for row in rows if row[0] is not None])
-    return [row[:-1] for row in rows]
 
 
 # Members whose every upstream has ended, some of them not in success, that still wait: an end and a

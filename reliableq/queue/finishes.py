@@ -289,6 +289,11 @@ _PARK_LOCKS_SQL = f"""
 """
 
 
+def _end(f: Finish) -> list[Any]:
+    """A finish's row of the statement's JSON (`v`), its first seven elements."""
+    return [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
+
+
 def _by_job(finish: Finish) -> int:
     return finish.job_id.int  # the UUIDs' own order, compared as ints (UUID.__lt__ runs in Python)
 
@@ -328,22 +333,23 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     )
     with db.atomic() if together else contextlib.nullcontext():
         locked: set[str] = set(row[0] for row in db.fetch(_PARK_LOCKS_SQL, [parks])) if parks else set()
-        rows_json = json.dumps(
-            [
-                [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
-                + ([f.waiting_for, f.waiting_for in locked] if parks else [])
-                + ([f.progress] if reports else [])
-                for f in sorted(finishes, key=_by_job)
-            ]
-        )
-        rows = door.followup(db.fetch(_finish_sql(members, bool(parks), reports), [rows_json]))
-        result.cancelled = {job_id for job_id, outcome in rows if outcome == Outcome.CANCELLED}
+        ordered = sorted(finishes, key=_by_job)
+        if parks or reports:
+            ends = [_end(f) + ([f.waiting_for, f.waiting_for in locked] if parks else []) for f in ordered]
+            if reports:
+                for end, f in zip(ends, ordered, strict=True):
+                    end.append(f.progress)
+        else:  # the usual batch: no list made beyond each end's own
+            ends = [_end(f) for f in ordered]
+        rows = db.fetch(_finish_sql(members, bool(parks), reports), [json.dumps(ends)])
+        door.follow(rows)
+        result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):
             result.finalized = [f.job_id for f in finishes]
             finalized: set[uuid.UUID] | None = None
         else:
-            finalized = {job_id for job_id, _ in rows}
+            finalized = {job_id for job_id, _, _ in rows}
             result.finalized = [f.job_id for f in finishes if f.job_id in finalized]
 
         def passed(f: Finish) -> bool:

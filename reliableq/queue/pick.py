@@ -291,46 +291,43 @@ def picked_sql(
 _claimed = maker(ClaimedJob)  # ClaimedJob(...), in half the time: one per claimed job
 
 
-def _job_of(
-    id: uuid.UUID, kind: str, queue: str, priority: int, payload: Any, attempt: int, max_attempts: int,
-    lease_token: uuid.UUID, snoozes: int, concurrency_key: str | None, claimed_epoch: float, run_at_utc: str,
-    trace_context: Any, workflow_id: uuid.UUID | None, member_name: str | None, upstream: Any, /, *, worker_id: str,
-) -> ClaimedJob:  # fmt: skip
-    """The job of one claim row, its columns bound by name (ClaimRow's fields, in order): a row is
-    passed as `_job_of(*row, worker_id=...)`, one call, without a ClaimRow made per job."""
-    return _claimed(
-        id=id,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        payload={} if payload == "{}" else json_value(payload),  # the common empty payload, no parse
-        attempt=attempt,
-        max_attempts=max_attempts,
-        lease_token=lease_token,
-        worker_id=worker_id,
-        snoozes=snoozes,
-        concurrency_key=concurrency_key,
-        run_at=dt.datetime.fromisoformat(run_at_utc),  # aware: the text ends in +00:00
-        trace_context=json_value(trace_context) if trace_context is not None else None,
-        workflow_id=workflow_id,
-        member_name=member_name,
-        upstream={} if upstream is None else _upstream(upstream),
-    )
-
-
-if _job_of.__code__.co_varnames[: len(ClaimRow._fields)] != ClaimRow._fields:
-    raise AssertionError("_job_of's parameters must be ClaimRow's fields, in order")
-_EPOCH = ClaimRow._fields.index("claimed_epoch")
-
-
 def run_claim(
     statement: tuple[str, tuple[Any, ...]], worker_id: str, lease_seconds: float
 ) -> tuple[list[ClaimedJob], Any]:
-    """Run a claim statement; return the jobs it took and its database time (None if it took none)."""
+    """Run a claim statement; return the jobs it took and its database time (None if it took none).
+
+    Each row is unpacked by ClaimRow's field names, in order, in the comprehension itself: no call
+    and no ClaimRow per job (tests/unit/test_queue_statements.py holds the names to ClaimRow's)."""
     sql, picked_params = statement
     rows = db.fetch(sql, (*picked_params, float(lease_seconds), worker_id, worker_id))
-    jobs = [_job_of(*row, worker_id=worker_id) for row in rows]
+    jobs = [
+        _claimed(
+            id=id,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            payload={} if payload == "{}" else json_value(payload),  # the common empty payload, no parse
+            attempt=attempt,
+            max_attempts=max_attempts,
+            lease_token=lease_token,
+            worker_id=worker_id,
+            snoozes=snoozes,
+            concurrency_key=concurrency_key,
+            run_at=dt.datetime.fromisoformat(run_at_utc),  # aware: the text ends in +00:00
+            trace_context=json_value(trace_context) if trace_context is not None else None,
+            workflow_id=workflow_id,
+            member_name=member_name,
+            upstream={} if upstream is None else _upstream(upstream),
+        )
+        for (
+            id, kind, queue, priority, payload, attempt, max_attempts, lease_token, snoozes, concurrency_key,
+            claimed_epoch, run_at_utc, trace_context, workflow_id, member_name, upstream,
+        ) in rows
+    ]  # fmt: skip
     return jobs, dt.datetime.fromtimestamp(rows[0][_EPOCH], dt.timezone.utc) if rows else None
+
+
+_EPOCH = ClaimRow._fields.index("claimed_epoch")
 
 
 def _upstream(pairs: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ The loop holds no SQL: every database call goes through a Store (reliableq.worke
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import queue
@@ -97,6 +98,14 @@ class Summary:
             parts or "none",
             self._pool.busy,
         )
+
+
+def freeze_startup_objects() -> None:
+    """Move what the process holds once it has started (Django, the handlers, the worker) out of the
+    garbage collector's sight, as a long-lived server should: each collection of the young objects
+    a job makes then no longer walks them, about 1% of a no-op job's instructions."""
+    gc.collect()
+    gc.freeze()
 
 
 class Worker:

@@ -58,3 +58,15 @@ def test_the_claims_columns_are_named_as_the_claim_row_reads_them():
     with db.cursor() as cursor:
         cursor.execute(statement, (*params, 30.0, "w-names", "w-names"))  # no due job: no row, the columns
         assert tuple(column.name for column in cursor.description) == pick.ClaimRow._fields
+
+
+def test_the_claim_reads_each_row_by_the_claim_rows_names_in_order():
+    """run_claim unpacks a row in its comprehension: the names there are ClaimRow's, in order."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(pick.run_claim))
+    [comprehension] = [node for node in ast.walk(tree) if isinstance(node, ast.comprehension)]
+    assert isinstance(comprehension.target, ast.Tuple)
+    names = tuple(element.id for element in comprehension.target.elts if isinstance(element, ast.Name))
+    assert names == pick.ClaimRow._fields

@@ -377,3 +377,19 @@ def test_a_failed_write_on_the_loops_thread_keeps_the_ends_and_writes_them_again
     # and nothing was lost or written twice.
     assert store.writers[0] == thread.name, store.writers
     assert len(store.finishes) == 2 and worker.finished == 2
+
+
+def test_a_started_worker_leaves_its_startup_objects_out_of_the_collectors_walks() -> None:
+    import gc
+
+    from reliableq.worker.loop import freeze_startup_objects
+
+    held: list[int] = []  # a container, tracked by the collector
+    gc.unfreeze()
+    try:
+        assert any(o is held for o in gc.get_objects())
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 0
+        assert not any(o is held for o in gc.get_objects()), "frozen objects are no longer tracked as young"
+    finally:
+        gc.unfreeze()

@@ -14,7 +14,7 @@ from ... import rules
 from ...conf import reliableq_settings
 from ...queue import health, stats
 from ...worker import Worker, WorkerConfig
-from ...worker.loop import default_worker_id
+from ...worker.loop import default_worker_id, freeze_startup_objects
 
 logger = logging.getLogger("reliableq.worker")
 
@@ -61,7 +61,9 @@ class Command(BaseCommand):
             raise CommandError(f"The queue's database is not ready: {missing}, then start the worker again.")
         self.configure_logging(options["verbosity"])
         self.warn_of_unused_queues(config.queues)
-        code = Worker(config).run()
+        worker = Worker(config)
+        freeze_startup_objects()
+        code = worker.run()
         if code:
             sys.exit(code)
 
