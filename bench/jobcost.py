@@ -98,6 +98,7 @@ def _label(query: str) -> str:
         ("UPDATE reliableq_job j SET status = 'RUNNING'", "claim"),
         ("picked AS MATERIALIZED", "claim"),
         ("fin AS ( UPDATE reliableq_job", "finish"),
+        ("WITH v AS ( SELECT (r ->> $2)::uuid AS id", "finish"),
         ("lease_expires_at = statement_timestamp() + make_interval", "renew"),
         ("INSERT INTO reliableq_leader", "maintenance lease"),
         ("reliableq_worker", "workers panel"),
