@@ -7,10 +7,12 @@ instructions its process runs (valgrind's callgrind), both divided by the jobs i
 Statements: the harness's own PostgreSQL (as `python -m bench`), `--processes` runworker processes
 in burst mode on a backlog of --jobs no-op jobs, every top-level statement of every session counted
 while they run (BEGIN and COMMIT included): each statement's calls per job and mean time, and the
-round trips per job. Instructions: one worker in this process, under `valgrind --tool=callgrind`,
-run twice on a backlog (a few jobs, then --jobs more); the difference over --jobs is a job's cost
-in the worker's own process (its threads, the driver's client side; PostgreSQL's work is not
-counted). Callgrind counts the same on a loaded machine as on a quiet one.
+round trips per job; and the CPU a job cost the worker processes and the PostgreSQL backends that
+served them (as the kernel counted it: less moved by a busy machine than a rate, though not immune).
+Instructions: one worker in this process, under `valgrind --tool=callgrind`, run twice on a backlog
+(a few jobs, then --jobs more); the difference over --jobs is a job's cost in the worker's own
+process (its threads, the driver's client side; PostgreSQL's work is not counted). Callgrind counts
+the same on a loaded machine as on a quiet one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 QUEUE = "bench-jobcost"
@@ -51,13 +54,19 @@ def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, 
     call_command("migrate", verbosity=0)
     from .systems import _exec
 
-    _exec("TRUNCATE reliableq_job, reliableq_attempt, reliableq_returnvalue, reliableq_batchkey, reliableq_step")
+    tables = ("reliableq_job", "reliableq_attempt", "reliableq_returnvalue", "reliableq_batchkey", "reliableq_step")
+    present = [t for t in tables if _exec_one(f"SELECT to_regclass('{t}')") is not None]  # older trees lack some
+    _exec(f"TRUNCATE {', '.join(present)}")
     with transaction.atomic():
         for start in range(0, jobs, 5000):
             reliableq.enqueue_many("bench.noop", [{}] * min(5000, jobs - start), queue=QUEUE)
     _exec("ANALYZE reliableq_job")
     with statements.tracking(url):
         statements.reset(url)
+        from django.db import connections
+
+        connections.close_all()  # its backend's work (the enqueue) is counted before, not with the workers
+        server_before = _server_cpu(url)
         began = time.monotonic()
         workers = []
         for n in range(processes):
@@ -72,9 +81,13 @@ def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, 
                     stderr=subprocess.DEVNULL,
                 )
             )
+        worker_cpu = 0.0
         for worker in workers:
-            worker.wait(timeout=600)
+            _, _, usage = os.wait4(worker.pid, 0)  # the worker's own CPU, as the kernel counted it
+            worker.returncode = 0
+            worker_cpu += usage.ru_utime + usage.ru_stime
         seconds = time.monotonic() - began
+        server_cpu = _server_cpu(url, before=server_before)
         with psycopg.connect(url, autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT query, calls, mean_exec_time FROM pg_stat_statements"
@@ -82,7 +95,34 @@ def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, 
             ).fetchall()
     done = _exec_one("SELECT count(*) FROM reliableq_job WHERE status = 'SUCCEEDED'")
     print(f"  {done:,} of {jobs:,} jobs succeeded in {seconds:.1f} s with {processes} x {concurrency}", file=sys.stderr)
+    print(
+        f"  CPU a job: {1e6 * worker_cpu / jobs:.1f} us in the worker processes (their start included), "
+        f"{1e6 * server_cpu / jobs:.1f} us in PostgreSQL (the backends that served them)",
+        file=sys.stderr,
+    )
     return [(q, int(n), float(ms)) for q, n, ms in rows]
+
+
+def _server_cpu(url: str, *, before: float = 0.0) -> float:
+    """PostgreSQL's CPU seconds in backends that have exited (the postmaster's reaped children), less
+    `before`; it waits first for this database's other sessions (the workers') to be gone."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            (others,) = conn.execute(  # type: ignore[misc]
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'"
+            ).fetchone()
+            if not others:
+                break
+            time.sleep(0.05)
+        (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        postmaster = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    time.sleep(0.2)  # the postmaster reaps the last of them
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK") - before  # cutime + cstime
 
 
 def _exec_one(sql: str) -> Any:
