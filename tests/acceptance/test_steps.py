@@ -1,6 +1,6 @@
-"""Durable steps, sleep and events under real worker processes: a worker SIGKILLed between two steps,
-a sleep that frees the only slot, waits woken by an emit, in threads, on the event loop and in a
-child process."""
+"""Durable steps, sleep and events under real worker processes: a worker SIGKILLed between two steps
+and one inside a checkpointed loop, a sleep that frees the only slot, waits woken by an emit, in
+threads, on the event loop and in a child process."""
 
 from __future__ import annotations
 
@@ -42,6 +42,29 @@ def test_a_worker_killed_between_two_steps_leaves_them_to_run_once_each(spawn_wo
     # Step three had not recorded its value when its worker died: it runs again (at least once).
     assert counts["three"] in (1, 2), counts
     assert job(job_id).attempts == 2 and job(job_id).result == ["one", "two", "three"]
+
+
+def test_a_worker_killed_inside_a_loop_resumes_it_at_its_last_checkpoint(spawn_worker, tmp_path: Path) -> None:
+    log = tmp_path / "steps.log"
+    first = spawn_worker("--lease-seconds", "1", "--worker-id", "first")
+    job_id = reliableq.enqueue("steps.loop", {"log": str(log), "items": 6, "seconds": 0.5}).id
+
+    def checkpointed() -> int:
+        return int(Step.objects.filter(job_id=job_id, name="next").values_list("value", flat=True).first() or 0)
+
+    wait_until(lambda: checkpointed() >= 2, timeout=60, what="two items checkpointed")
+    first.signal(signal.SIGKILL)
+    assert first.wait(timeout=10) == -signal.SIGKILL
+    at_death = checkpointed()  # nothing moves it once its worker is dead
+    spawn_worker("--lease-seconds", "30", "--worker-id", "second")
+    wait_until(is_status(job_id, JobStatus.SUCCEEDED), timeout=60, what="the second worker to finish it")
+    assert job(job_id).result == at_death, "the second attempt began at the last checkpoint"
+    counts = runs(log, job_id)
+    assert all(counts[f"item-{n}"] == 1 for n in range(at_death)), counts  # before it: never again
+    # The item its worker died in runs again (once, had it died between a checkpoint and the next item).
+    assert counts[f"item-{at_death}"] in (1, 2), counts
+    assert all(counts[f"item-{n}"] == 1 for n in range(at_death + 1, 6)), counts
+    assert Step.objects.get(job_id=job_id, name="next").value == 6
 
 
 @pytest.mark.parametrize("kind", ["steps.three_async", "steps.three_isolated"])
