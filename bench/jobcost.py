@@ -83,8 +83,8 @@ def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, 
             )
         worker_cpu = 0.0
         for worker in workers:
-            _, _, usage = os.wait4(worker.pid, 0)  # the worker's own CPU, as the kernel counted it
-            worker.returncode = 0
+            _, status, usage = os.wait4(worker.pid, 0)  # the worker's own CPU, as the kernel counted it
+            worker.returncode = os.waitstatus_to_exitcode(status)
             worker_cpu += usage.ru_utime + usage.ru_stime
         seconds = time.monotonic() - began
         server_cpu = _server_cpu(url, before=server_before)

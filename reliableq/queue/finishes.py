@@ -334,13 +334,13 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
     with db.atomic() if together else contextlib.nullcontext():
         locked: set[str] = set(row[0] for row in db.fetch(_PARK_LOCKS_SQL, [parks])) if parks else set()
         ordered = sorted(finishes, key=_by_job)
-        if parks or reports:
-            ends = [_end(f) + ([f.waiting_for, f.waiting_for in locked] if parks else []) for f in ordered]
-            if reports:
-                for end, f in zip(ends, ordered, strict=True):
+        ends = [_end(f) for f in ordered]  # the usual batch: no list made beyond each end's own
+        if parks or reports:  # the columns of the statement's other shapes, in its order
+            for end, f in zip(ends, ordered, strict=True):
+                if parks:
+                    end += (f.waiting_for, f.waiting_for in locked)
+                if reports:
                     end.append(f.progress)
-        else:  # the usual batch: no list made beyond each end's own
-            ends = [_end(f) for f in ordered]
         rows = db.fetch(_finish_sql(members, bool(parks), reports), [json.dumps(ends)])
         door.follow(rows)
         result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
