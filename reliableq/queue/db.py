@@ -151,6 +151,38 @@ def _may_prepare(raw: Any) -> bool:
     return direct
 
 
+_COMPILES_SQL = "SELECT pg_jit_available() AND current_setting('jit')::bool"
+_NO_JIT_SQL = "SET LOCAL jit = off"
+# Django's connection wrapper -> (its psycopg connection, whether that server compiles plans with JIT).
+_compiles: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, bool]] = weakref.WeakKeyDictionary()
+
+
+def without_jit() -> None:
+    """Plan the rest of this transaction's statements without JIT compilation, where the server
+    would compile: for a statement whose cost the planner cannot bound, a workflow's recursive walk.
+
+    Its estimate grows with the edges' statistics (every recursive step is guessed at ten times
+    the one before), past jit_above_cost and the inlining and optimization thresholds once a few
+    wide fan-outs are analyzed; each statement then compiles for some 250 ms to read a handful of
+    rows. SET LOCAL ends with the transaction, so nothing leaks through a transaction pooler. Asked
+    once per connection; nothing is sent to a server without JIT (the embedded PostgreSQL has no
+    LLVM) or outside a transaction, where SET LOCAL would do nothing."""
+    conn = connection()
+    if not conn.in_atomic_block:
+        return
+    conn.ensure_connection()
+    raw = conn.connection
+    known = _compiles.get(conn)
+    if known is None or known[0] is not raw:
+        with cursor() as probe:
+            probe.execute(_COMPILES_SQL)
+            known = (raw, bool(probe.fetchone()[0]))
+        _compiles[conn] = known
+    if known[1]:
+        with cursor() as off:
+            off.execute(_NO_JIT_SQL)
+
+
 @functools.cache
 def _server_binding() -> Any:
     """Django's psycopg 3 cursor that binds on the server (None with psycopg 2)."""

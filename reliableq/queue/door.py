@@ -91,7 +91,10 @@ def recheck(*, members: bool = True) -> str:
 
 
 def run(cursor: CursorWrapper, sql: str, params: Sequence[Any], *, prepared: bool = False) -> list[tuple[Any, ...]]:
-    """Execute a door statement on `cursor`, in the caller's transaction; its rows, without recheck."""
+    """Execute a door statement on `cursor`, in the caller's transaction; its rows, without recheck.
+
+    Each of them walks a workflow's graph, so it is planned without JIT (db.without_jit)."""
+    db.without_jit()
     if prepared:
         db.run(cursor, sql, params)
     else:

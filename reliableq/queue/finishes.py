@@ -332,6 +332,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
         members or bool(parks) or any(f.keeps_return for f in finishes) or bool(reliableq_settings.FAULT_INJECTION)
     )
     with db.atomic() if together else contextlib.nullcontext():
+        if members:  # a statement with the graph's walk (door.run)
+            db.without_jit()
         locked: set[str] = set(row[0] for row in db.fetch(_PARK_LOCKS_SQL, [parks])) if parks else set()
         ordered = sorted(finishes, key=_by_job)
         ends = [_end(f) for f in ordered]  # the usual batch: no list made beyond each end's own

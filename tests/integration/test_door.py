@@ -20,7 +20,7 @@ import reliableq
 from reliableq import queue as jobqueue
 from reliableq import services
 from reliableq.models import Job, JobStatus, Outcome, WorkflowCount
-from reliableq.queue import Finish, db, door, graph
+from reliableq.queue import Finish, db, door, finishes, graph
 from reliableq.queue import workflows as statements
 
 from .helpers import claim_jobs, expire
@@ -161,3 +161,61 @@ def test_a_purge_and_a_workflows_cancel_take_a_stuck_member_down_as_a_finish_wou
 def test_every_door_statement_is_marked_and_the_door_refuses_an_odd_name() -> None:
     with pytest.raises(ValueError, match="a word"):
         door.statement("two words", moved="SELECT 1", change=door.Change.STARTED, tail="SELECT 1")
+
+
+def compiles() -> bool:
+    with db.cursor() as cursor:
+        cursor.execute("SELECT pg_jit_available() AND current_setting('jit')::bool")
+        return bool(cursor.fetchone()[0])
+
+
+@pytest.fixture
+def wide_fan_outs_analyzed() -> None:
+    """The edges' statistics of a few wide fan-outs (five members of 20,000 dependents each): the
+    planner guesses every step of a workflow's walk at some 30 edges, ten steps deep."""
+    with db.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO reliableq_workflowedge (upstream, target, shard, workflow)"
+            " SELECT u, gen_random_uuid(), -1, u FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, 5)) s,"
+            " generate_series(1, 20000)"
+        )
+        cursor.execute("ANALYZE reliableq_workflowedge")  # in the test's transaction, rolled back with it
+
+
+@pytest.mark.usefixtures("wide_fan_outs_analyzed")
+def test_a_door_statement_that_walks_the_graph_is_planned_without_jit() -> None:
+    """Where the server compiles with JIT, the walk's estimate passes every JIT threshold, and each
+    member's finish compiled for some 250 ms: the door plans its statements without it."""
+    if not compiles():
+        pytest.skip("this PostgreSQL has no JIT (the embedded one is built without LLVM)")
+    with db.cursor() as cursor:  # the hazard is real: the finish, planned as any statement is, compiles
+        cursor.execute(f"EXPLAIN {finishes._finish_sql(True)}", ["[]"])
+        assert any("JIT:" in line for (line,) in cursor.fetchall())
+    raw = db.connection().connection
+    if not hasattr(raw, "add_notice_handler"):
+        pytest.skip("psycopg 3 reports the plans as notices")
+    plans: list[str] = []
+    raw.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    with db.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        cursor.execute("SET auto_explain.log_min_duration = 0")
+        cursor.execute("SET auto_explain.log_level = 'notice'")
+    try:
+        wf = reliableq.workflow(name="jit")
+        first = wf.add("demo.noop", {}, name="first", queue="wf-jit")
+        second = wf.add("demo.noop", {}, name="second", after=[first], queue="wf-jit")
+        wf.add("demo.noop", {}, name="third", after=[second], queue="wf-jit")
+        record = wf.enqueue()
+        (member,) = claim_jobs(queues=["wf-jit"])
+        end(member.id, member.lease_token, JobStatus.SUCCEEDED, Outcome.SUCCEEDED, workflow=True)
+        (member,) = claim_jobs(queues=["wf-jit"])
+        end(member.id, member.lease_token, JobStatus.DEAD, Outcome.FAILED_PERMANENT, workflow=True)
+        services.replay(member.id)
+        reliableq.cancel_workflow(record.id)
+    finally:
+        with db.cursor() as cursor:
+            cursor.execute("SET auto_explain.log_min_duration = -1")
+    walked = [plan for plan in plans if "wf_" in plan]  # auto_explain's: "duration... Query Text: <sql>..."
+    names = {door_name(plan.split("Query Text: ", 1)[-1]) for plan in walked}
+    assert names >= {"rescue", "finish", "replay", "cancel_workflow"}, [plan[:200] for plan in plans]
+    assert not [plan for plan in walked if "JIT:" in plan]
