@@ -289,11 +289,6 @@ _PARK_LOCKS_SQL = f"""
 """
 
 
-def _end(f: Finish) -> list[Any]:
-    """A finish's row of the statement's JSON (`v`), its first seven elements."""
-    return [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
-
-
 def _by_job(finish: Finish) -> int:
     return finish.job_id.int  # the UUIDs' own order, compared as ints (UUID.__lt__ runs in Python)
 
@@ -336,7 +331,12 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
             db.without_jit()
         locked: set[str] = set(row[0] for row in db.fetch(_PARK_LOCKS_SQL, [parks])) if parks else set()
         ordered = sorted(finishes, key=_by_job)
-        ends = [_end(f) for f in ordered]  # the usual batch: no list made beyond each end's own
+        # Each end's row of the statement's JSON (`v`), its first seven elements; written out here, not
+        # by a call a job: the usual batch makes no list beyond each end's own.
+        ends = [
+            [f.job_id.hex, f.lease_token.hex, f.status, f.outcome, f.error, float(f.delay), f.traceback]
+            for f in ordered
+        ]
         if parks or reports:  # the columns of the statement's other shapes, in its order
             for end, f in zip(ends, ordered, strict=True):
                 if parks:
@@ -344,7 +344,8 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                 if reports:
                     end.append(f.progress)
         rows = db.fetch(_finish_sql(members, bool(parks), reports), [json.dumps(ends)])
-        door.follow(rows)
+        if members:  # else the recheck column is false on every row
+            door.follow(rows)
         result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):

@@ -114,9 +114,11 @@ class Completer:
         self._seconds: dict[uuid.UUID, float] = {}  # lease token -> the handler's run time, for job_finished
 
     def add(self, finish: Finish, *, frees_slot: bool, seconds: float = 0.0) -> None:
-        flight = self._ledger.get(finish.lease_token)
-        if flight is not None and flight.job.last_progress is not None:
-            finish = dataclasses.replace(finish, progress=flight.job.last_progress)
+        progressed = self._ledger.progressed
+        if progressed and finish.lease_token.int in progressed:
+            flight = self._ledger.get(finish.lease_token)
+            if flight is not None and flight.job.last_progress is not None:
+                finish = dataclasses.replace(finish, progress=flight.job.last_progress)
         self._unwritten.append((finish, frees_slot))
         if seconds and signals.job_finished.receivers:  # the signal's field, kept only for a listener
             self._seconds[finish.lease_token] = seconds

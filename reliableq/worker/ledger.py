@@ -30,6 +30,9 @@ class Ledger:
         self._inflight: dict[int, InFlight] = {}  # lease token -> attempt
         self._held: dict[int, tuple[uuid.UUID, uuid.UUID]] = {}  # job id -> (job id, lease token), renewed
         self._progress: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}  # token -> (job id, latest)
+        # Lease tokens (ints) of attempts that ever reported progress: empty for most jobs, so that the
+        # finish looks for a report only where there is one.
+        self.progressed: set[int] = set()
         self._lock = threading.Lock()
 
     def add(self, jobs: list[ClaimedJob], deadlines: list[float]) -> None:
@@ -50,12 +53,17 @@ class Ledger:
         with self._lock:
             for job_id, token, _ in ends:
                 self._unhold(job_id, token)
+            if self.progressed:
+                for _, token, frees in ends:
+                    if frees:
+                        self.progressed.discard(token.int)
         return flights
 
     def report_progress(self, job: ClaimedJob, value: dict[str, Any]) -> None:
         """job.progress(), from any thread: the latest value waits for the heartbeat's next write."""
         with self._lock:
             self._progress[job.lease_token] = (job.id, value)
+            self.progressed.add(job.lease_token.int)
 
     def take_progress(self) -> list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]:
         """The reports since the last call, as (job id, lease token, value), for the heartbeat to write."""

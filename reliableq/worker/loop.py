@@ -100,12 +100,16 @@ class Summary:
         )
 
 
+GC_YOUNG = 10_000
+
+
 def freeze_startup_objects() -> None:
     """Move what the process holds once it has started (Django, the handlers, the worker) out of the
     garbage collector's sight, as a long-lived server should: each collection of the young objects
     a job makes then no longer walks them, about 1% of a no-op job's instructions."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 class Worker:
