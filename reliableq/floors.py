@@ -25,6 +25,12 @@ never shared and never a condition of correctness:
   back short, the next ones read only rows due since an earlier claim of this worker less the
   slack (the queue's since): a job due from before that waits for the next sweep, like one below
   a floor.
+- A limited kind whose own claim found nothing due is not asked again by the claims that only
+  refill slots freed by finishes, for IDLE_KIND_SECONDS: its pick, and for a kind with locks the
+  transaction around it, cost a busy worker as much as the claim of the others. A claim after a
+  wake (a notification: a job was enqueued) or a poll asks every kind. A job of such a kind that
+  turns due by its run_at (a retry, a snooze, a sleep) while the worker is busy waits up to that
+  long; an idle worker polls anyway.
 - A RUNNING row whose lease expired below the rescue's floor (it was locked by its owner while a
   rescue passed, and that owner neither finished nor renewed it) is taken by the next full rescue,
   at least every RESCUE_SWEEP_SECONDS.
@@ -40,6 +46,7 @@ from typing import Any
 
 FLOOR_SLACK_SECONDS = 1.0  # a claim floor sits this far before the oldest run_at it claimed
 FLOOR_SWEEP_SECONDS = 2.0  # a worker reads its queues from the start at least this often
+IDLE_KIND_SECONDS = 1.0  # a limited kind that had nothing due is asked again at least this often
 RESCUE_MARGIN_SECONDS = 10.0  # a rescue starts this far before the last complete one
 RESCUE_SWEEP_SECONDS = 60.0  # and reads the whole lease index at least this often
 SWEEP_SHARE = 20.0  # after a sweep that took t, the next one waits at least SWEEP_SHARE * t
@@ -75,10 +82,14 @@ class ClaimFloors:
         *,
         slack: float = FLOOR_SLACK_SECONDS,
         sweep: float = FLOOR_SWEEP_SECONDS,
+        idle: float = IDLE_KIND_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._slack = dt.timedelta(seconds=slack)
         self._sweeps = _Sweeps(sweep, clock)
+        self._clock = clock
+        self._idle = idle
+        self._idle_until: dict[str, float] = {}  # limited kind -> when a refill asks it again
         self._at: dict[str, tuple[int, Any, uuid.UUID]] = {}
         self._since: dict[str, Any] = {}  # per queue: the oldest run_at a claim excluding kinds reads
         self._seen: Any = None  # the database time of this worker's latest claim that took a job
@@ -102,6 +113,18 @@ class ClaimFloors:
         if queue not in self._at:
             return NO_PRIORITY, NO_TIME, NO_ID, since
         return (*self._at[queue], since)
+
+    def idle(self, kind: str) -> bool:
+        """True while a refill claim may pass over limited `kind`: its last claim found nothing due."""
+        until = self._idle_until.get(kind)
+        return until is not None and self._clock() < until
+
+    def asked(self, kind: str, *, none_due: bool) -> None:
+        """A claim asked limited `kind` for jobs; `none_due`: it had none due (not merely no room)."""
+        if none_due:
+            self._idle_until[kind] = self._clock() + self._idle
+        else:
+            self._idle_until.pop(kind, None)
 
     def saw(self, at: Any) -> None:
         """A claim of this worker took jobs at database time `at` (None: it took none)."""

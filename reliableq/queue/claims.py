@@ -23,6 +23,7 @@ def claim(
     limits: Mapping[str, Limits] | None = None,
     rescue: bool = True,
     floors: ClaimFloors | None = None,
+    refill: bool = False,
 ) -> tuple[list[ClaimedJob], list[Rescued]]:
     """Take up to `limit` due jobs, best priority first, and open an attempt for each.
 
@@ -34,7 +35,10 @@ def claim(
     among their fair_keys (reliableq.queue.fairness), limited or not. With `rescue`, expired leases are taken
     back first, in the same transaction; without rescue and limits, the claim is a single
     statement sent in autocommit: one round trip, no BEGIN or COMMIT. Paused queues give nothing.
-    With `floors` (a worker's), the claim of the unlimited kinds starts at each queue's floor.
+    With `floors` (a worker's), the claim of the unlimited kinds starts at each queue's floor; and a
+    `refill` (a claim only for slots that finishes freed, not after a wake or a poll) passes over the
+    limited kinds whose last claim found nothing due, for a while (ClaimFloors.idle): they stay
+    excluded from the others' claim all the same.
     """
     if limit < 1:
         return [], []
@@ -48,10 +52,11 @@ def claim(
     controlled = {kind: lim for kind, lim in controlled.items() if lim.limited}
     if not rescue and not controlled:
         return take(queues, limit, worker_id, lease_seconds, floors=floors, fair=fair), []
+    asked = {kind: lim for kind, lim in controlled.items() if not (refill and floors is not None and floors.idle(kind))}
     # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
     # others need locks held from one statement to the next, so a transaction.
-    rated = {kind: lim.rate for kind, lim in controlled.items() if lim.rate and not (lim.max_running or lim.per_key)}
-    locked = {kind: lim for kind, lim in controlled.items() if kind not in rated}
+    rated = {kind: lim.rate for kind, lim in asked.items() if lim.rate and not (lim.max_running or lim.per_key)}
+    locked = {kind: lim for kind, lim in asked.items() if kind not in rated}
     rescued: list[Rescued] = []
     if rescue or locked:
         with db.atomic():
@@ -65,10 +70,11 @@ def claim(
                 room = limit - len(jobs)
                 if room <= 0:
                     break
-                taken, at = take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
-                jobs += taken
+                taken = take_limited(queues, room, worker_id, lease_seconds, kind, kind_limits)
+                jobs += taken.jobs
                 if floors is not None:
-                    floors.saw(at)
+                    floors.saw(taken.at)
+                    floors.asked(kind, none_due=taken.none_due)
     else:
         exclude = tuple(sorted(controlled))
         jobs = take(queues, limit, worker_id, lease_seconds, exclude=exclude, floors=floors, fair=fair)
@@ -76,8 +82,9 @@ def claim(
         room = limit - len(jobs)
         if room <= 0:
             break
-        taken, at = take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
-        jobs += taken
+        taken = take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
+        jobs += taken.jobs
         if floors is not None:
-            floors.saw(at)
+            floors.saw(taken.at)
+            floors.asked(kind, none_due=taken.none_due)
     return jobs, rescued

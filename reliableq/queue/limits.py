@@ -9,7 +9,7 @@ import functools
 import math
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..registry import Limits, Rate
 from . import db
@@ -33,6 +33,14 @@ _MAKE_SHARDS_SQL = (
 )
 
 
+class Taken(NamedTuple):
+    """What a limited kind's claim took."""
+
+    jobs: list[ClaimedJob]
+    at: Any  # the claim's database time (None: it took none)
+    none_due: bool = False  # the kind had no due row to take, not merely no room for one (ClaimFloors.idle)
+
+
 def take_rated(
     queues: tuple[str, ...],
     room: int,
@@ -42,21 +50,31 @@ def take_rated(
     rate: Rate,
     *,
     fair: bool = False,
-) -> tuple[list[ClaimedJob], Any]:
+) -> Taken:
     """Claim jobs of a kind limited by its rate alone: one statement locks a shard of the kind's
     window that has room, takes what that room allows and records the starts (rated_sql). The
-    shards are made on first use. Returns the jobs and the claim's database time (None: none)."""
+    shards are made on first use. When it takes none, one more read says whether any was due."""
     statement = rated_sql(queues, room, kind, rate, fair)
     jobs, at = run_claim(statement, worker_id, lease_seconds)
     if jobs:
-        return jobs, at
+        return Taken(jobs, at)
     with db.cursor() as cursor:  # nothing taken: was it for want of the window's rows?
         cursor.execute(
             _MAKE_SHARDS_SQL,
             [kind, rate_shards(rate)],
         )
         made = cursor.rowcount > 0
-    return run_claim(statement, worker_id, lease_seconds) if made else ([], None)
+    if made:
+        jobs, at = run_claim(statement, worker_id, lease_seconds)
+        if jobs:
+            return Taken(jobs, at)
+    return Taken([], None, none_due=not _any_due(queues, kind))
+
+
+def _any_due(queues: tuple[str, ...], kind: str) -> bool:
+    """Whether `kind` has a due row no other claim holds (locked only for this statement, in autocommit)."""
+    sql, params = picked_sql(queues, 1, (), kind)
+    return bool(db.fetch(sql, params))
 
 
 def rate_bucket(rate: Rate, moment: Any) -> int:
@@ -131,24 +149,26 @@ def rated_sql(
 
 def take_limited(
     queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, limits: Limits
-) -> tuple[list[ClaimedJob], Any]:
-    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it.
-    Returns the jobs and the claim's database time (None: none taken)."""
+) -> Taken:
+    """Inside the claim transaction: take what `kind`'s limits leave room for, and count it."""
     if limits.max_running:
         room = min(room, _room_for(kind, limits.max_running))
     window = _RateWindow.lock(kind, limits.rate) if limits.rate else None
     if window is not None:
         room = min(room, window.room)
     if room <= 0:
-        return [], None
+        return Taken([], None)
     fair = (kind,) if limits.fair else ()
     if limits.per_key:
-        jobs, started = take_ids(_pick_per_key(queues, room, kind, limits.per_key, fair), worker_id, lease_seconds)
+        ids, candidates = _pick_per_key(queues, room, kind, limits.per_key, fair)
+        jobs, started = take_ids(ids, worker_id, lease_seconds)
+        none_due = not candidates
     else:
         jobs, started = run_claim(take_sql(queues, room, (), kind, fair=fair), worker_id, lease_seconds)
+        none_due = not jobs
     if window is not None and jobs:
         window.record(len(jobs), started)
-    return jobs, started
+    return Taken(jobs, started, none_due)
 
 
 _LOCK_WINDOW_SQL = f"""
@@ -210,8 +230,9 @@ _RUNNING_PER_KEY_SQL = (
 
 def _pick_per_key(
     queues: tuple[str, ...], room: int, kind: str, per_key: int, fair: tuple[str, ...] = ()
-) -> list[uuid.UUID]:
-    """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left.
+) -> tuple[list[uuid.UUID], int]:
+    """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left; with how
+    many due rows the pick found (kept or not).
 
     The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
     backlog never blocks other keys); then each key's advisory lock is tried, and its RUNNING rows
@@ -248,7 +269,7 @@ def _pick_per_key(
                 continue
             running[key] = running.get(key, 0) + 1
         kept.append(job_id)
-    return kept
+    return kept, len(candidates)
 
 
 _KIND_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"

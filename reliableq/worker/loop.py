@@ -121,6 +121,7 @@ class Worker:
         self.ledger = Ledger()
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()  # reentrant: safe from a signal handler
         self._short_result = False  # a handler shorter than linger_seconds reported since the last write
+        self._fresh = True  # the next claim follows a wake, a poll or the start, not finishes alone
         self._stopping = False
         self._stop_deadline = 0.0
         self._exit_code = 0  # what run() returns once drained (STUCK_EXIT after stuck handlers)
@@ -360,7 +361,8 @@ class Worker:
         if pool.free <= 0:
             return False  # a completion will wake us
         # Expired leases are taken back by the maintenance leader, once for the fleet.
-        idle = self.producer.produce(rescue=False)
+        refill, self._fresh = not self._fresh, False
+        idle = self.producer.produce(rescue=False, refill=refill)
         return idle
 
     def _wait(self, seconds: float) -> None:
@@ -368,6 +370,7 @@ class Worker:
         try:
             event = self._events.get(timeout=max(0.0, seconds))
         except queue.Empty:
+            self._fresh = True  # a poll: the next claim asks every kind
             return
         self._events.put(event)
 
@@ -380,6 +383,7 @@ class Worker:
             except queue.Empty:
                 return
             if event is _WAKE:
+                self._fresh = True  # a notification (or a signal): the next claim asks every kind
                 continue
             if isinstance(event, Written):  # a batch of ends committed (or failed: raised here, retried later)
                 self.completer.apply(event)

@@ -41,8 +41,9 @@ class Producer:
         self._uncertain = False  # a claim failed: it may have committed anyway
         self.claimed = 0
 
-    def produce(self, *, rescue: bool) -> bool:
-        """Claim into every free slot and start the handlers; True when fewer jobs were due than slots."""
+    def produce(self, *, rescue: bool, refill: bool = False) -> bool:
+        """Claim into every free slot and start the handlers; True when fewer jobs were due than slots.
+        `refill`: only finishes freed the slots since the last claim (no wake, no poll)."""
         free = self._pool.free
         if free <= 0:
             return False
@@ -61,6 +62,7 @@ class Producer:
             lease_seconds=self.lease_seconds,
             limits=self.limits,
             rescue=rescue,
+            refill=refill,
         )
         self._uncertain = False
         if claim_logger.isEnabledFor(logging.DEBUG):

@@ -30,7 +30,10 @@ class Store(Protocol):
         lease_seconds: float,
         limits: Mapping[str, Limits],
         rescue: bool,
-    ) -> tuple[list[ClaimedJob], list[Rescued]]: ...
+        refill: bool = False,
+    ) -> tuple[list[ClaimedJob], list[Rescued]]:
+        """`refill`: a claim only for slots that finishes freed (not after a wake or a poll), which may
+        pass over limited kinds that had nothing due a moment ago (reliableq.floors)."""
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult: ...
 
@@ -107,6 +110,7 @@ class DatabaseStore:
         lease_seconds: float,
         limits: Mapping[str, Limits],
         rescue: bool,
+        refill: bool = False,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
         return jobqueue.claim(
             worker_id=worker_id,
@@ -116,6 +120,7 @@ class DatabaseStore:
             limits=limits,
             rescue=rescue,
             floors=self._floors,
+            refill=refill,
         )
 
     def finish(self, finishes: Sequence[Finish]) -> FinishResult:

@@ -253,3 +253,60 @@ def test_a_claim_after_a_full_one_reads_the_floors_priority_then_walks_past_it_a
     took = claim(floors, limit=3)
     assert [j.priority for j in took] == [5] and floors.walking()
     assert Job.objects.filter(id__in=first + later, status=JobStatus.RUNNING).count() == 7
+
+
+# -- a limited kind with nothing due: refills pass over it for a while ------------------------------
+
+
+def claim_refill(floors: ClaimFloors, limits: dict[str, Limits], *, refill: bool) -> tuple[list, list[str]]:
+    """A claim's jobs and the statements it sent."""
+    with CaptureQueriesContext(connections[queue_alias()]) as sent:
+        jobs, _ = jobqueue.claim(
+            worker_id="w-floor",
+            queues=("default",),
+            limit=10,
+            lease_seconds=30,
+            limits=limits,
+            rescue=False,
+            floors=floors,
+            refill=refill,
+        )
+    return jobs, [query["sql"] for query in sent.captured_queries]
+
+
+def test_a_refill_passes_over_a_limited_kind_that_had_nothing_due_until_a_wake_or_a_while() -> None:
+    clock = Clock()
+    floors = ClaimFloors(clock=clock, sweep=60.0, idle=1.0)
+    jobs, sent = claim_refill(floors, RATED, refill=False)  # nothing due: the rated kind is asked
+    assert jobs == [] and any("rate_window" in sql for sql in sent)
+    jobs, sent = claim_refill(floors, RATED, refill=True)  # a refill: the others' claim alone
+    assert jobs == [] and len(sent) == 1 and "rate_window" not in sent[0], sent
+
+    # A job of the kind enqueued now: the refills still pass over it; the claim after a wake takes it.
+    first = reliableq.enqueue("demo.noop", {})
+    assert claim_refill(floors, RATED, refill=True)[0] == []
+    assert [job.id for job in claim_refill(floors, RATED, refill=False)[0]] == [first.id]
+    assert not floors.idle("demo.noop")  # it took one: asked by the next refill too
+    claim_refill(floors, RATED, refill=True)  # took none, none due: passed over again
+    assert floors.idle("demo.noop")
+    # Or once the while is over, the next refill asks it again.
+    second = reliableq.enqueue("demo.noop", {})
+    clock.now = 1.5
+    assert [job.id for job in claim_refill(floors, RATED, refill=True)[0]] == [second.id]
+
+
+def test_a_limited_kind_with_due_jobs_but_no_room_is_never_passed_over() -> None:
+    """A kind at its cap (or its rate, or its keys all saturated) took none, with jobs due: each refill
+    asks it, so that the slot a finish frees is taken at once."""
+    floors = ClaimFloors(clock=Clock(), sweep=60.0, idle=1.0)
+    capped = {"demo.noop": Limits(max_running=1)}
+    services.enqueue_many("demo.noop", [{}] * 2)
+    assert len(claim_refill(floors, capped, refill=False)[0]) == 1
+    jobs, sent = claim_refill(floors, capped, refill=True)
+    assert jobs == [] and any("pg_advisory_xact_lock" in sql for sql in sent)
+    assert not floors.idle("demo.noop")
+    saturated = {"demo.noop": Limits(rate=Rate.parse("1/h"))}
+    reliableq.enqueue("demo.noop", {})
+    assert len(claim_refill(floors, saturated, refill=False)[0]) == 1  # the hour's one start
+    assert claim_refill(floors, saturated, refill=True)[0] == []  # one more due, no room
+    assert not floors.idle("demo.noop")

@@ -80,6 +80,7 @@ class FakeStore:
         lease_seconds: float,
         limits: Mapping[str, Limits],
         rescue: bool,
+        refill: bool = False,
     ) -> tuple[list[ClaimedJob], list[Rescued]]:
         with self.lock:
             if self.down:
