@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import functools
 import math
-import uuid
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..registry import Limits, Rate
 from . import db
-from .pick import claim_sql, picked_sql, run_claim, take_ids, take_sql
+from .pick import PAUSED_NOW, claim_sql, picked_sql, run_claim, take_sql
 from .records import ClaimedJob
-from .sql import JOB, RATE, S
+from .sql import JOB, QUEUE, RATE, S
 
 RATE_BUCKETS = 20  # a rate window is counted in this many buckets (see RateWindow)
 
@@ -160,8 +159,7 @@ def take_limited(
         return Taken([], None)
     fair = (kind,) if limits.fair else ()
     if limits.per_key:
-        ids, candidates = _pick_per_key(queues, room, kind, limits.per_key, fair)
-        jobs, started = take_ids(ids, worker_id, lease_seconds)
+        jobs, started, candidates = _take_per_key(queues, room, worker_id, lease_seconds, kind, limits.per_key, fair)
         none_due = not candidates
     else:
         jobs, started = run_claim(take_sql(queues, room, (), kind, fair=fair), worker_id, lease_seconds)
@@ -219,57 +217,68 @@ class _RateWindow:
             )
 
 
-_TRY_KEYS_SQL = "SELECT k FROM unnest(%s::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtext(%s), hashtext(k))"
+@functools.lru_cache(maxsize=256)
+def pick_keys_sql(
+    queues: tuple[str, ...], limit: int, kind: str, per_key: int, fair: tuple[str, ...] = ()
+) -> tuple[str, tuple[Any, ...]]:
+    """Lock up to `limit` due rows of `kind` whose key is not saturated, and try their keys' locks, in
+    one statement: (id, concurrency_key, whether this claim holds the key), best first.
+
+    Each key is tried once, without waiting (its lock: the kind's name and the key, hashed); a row
+    without a key needs none (true)."""
+    pick, pick_params = picked_sql(queues, limit, (), kind, per_key, fair=fair)
+    sql = f"""WITH candidates AS MATERIALIZED (
+            SELECT c.id, c.concurrency_key, row_number() OVER () AS ord FROM ({pick}) AS c
+        ),
+        keys AS MATERIALIZED (
+            SELECT k.key, pg_try_advisory_xact_lock(hashtext(%s), hashtext(k.key)) AS held
+              FROM (SELECT DISTINCT concurrency_key AS key FROM candidates
+                     WHERE concurrency_key IS NOT NULL ORDER BY 1) AS k
+        )
+        SELECT c.id, c.concurrency_key, coalesce(k.held, true)
+          FROM candidates c LEFT JOIN keys k ON k.key = c.concurrency_key
+         ORDER BY c.ord"""
+    return sql, (*pick_params, f"reliableq:key:{kind}")
 
 
-_RUNNING_PER_KEY_SQL = (
-    f"SELECT concurrency_key, count(*) FROM {JOB} WHERE status = {S.RUNNING} AND kind = %s"
-    " AND concurrency_key = ANY(%s) GROUP BY concurrency_key"
+# Rows this transaction picked and locked, of keys whose locks it holds (or of no key), claimed in
+# their order while their key has room: each key's RUNNING rows are counted in this statement's
+# snapshot, taken after the locks, so a claimer that filled the key has committed by then. A pause
+# that commits meanwhile leaves its queue's rows PENDING (as pick._TAKE_IDS_SQL).
+_TAKE_KEYED_SQL = claim_sql(
+    f"""SELECT p.id FROM (
+            SELECT c.id, c.key, c.ord, row_number() OVER (PARTITION BY c.key ORDER BY c.ord) AS n
+              FROM unnest(%s::uuid[], %s::text[]) WITH ORDINALITY AS c(id, key, ord)
+        ) AS p JOIN {JOB} pj ON pj.id = p.id
+         WHERE (p.key IS NULL OR p.n + (SELECT count(*) FROM {JOB} r WHERE r.status = {S.RUNNING}
+                                          AND r.kind = %s AND r.concurrency_key = p.key) <= %s)
+           AND NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = pj.queue AND {PAUSED_NOW})
+         ORDER BY p.ord LIMIT %s"""
 )
 
 
-def _pick_per_key(
-    queues: tuple[str, ...], room: int, kind: str, per_key: int, fair: tuple[str, ...] = ()
-) -> tuple[list[uuid.UUID], int]:
-    """Lock due rows of `kind` and keep at most `room` whose concurrency_key has room left; with how
-    many due rows the pick found (kept or not).
+def _take_per_key(
+    queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, per_key: int,
+    fair: tuple[str, ...] = (),
+) -> tuple[list[ClaimedJob], Any, int]:  # fmt: skip
+    """Claim up to `room` due jobs of `kind` whose concurrency_key has room left, in two statements:
+    the jobs, the claim's database time, and how many due rows the pick found (kept or not).
 
     The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
-    backlog never blocks other keys); then each key's advisory lock is tried, and its RUNNING rows
-    counted after the lock: a claimer that took the key's last slot has committed by then, so two
-    claimers never both fill it. A key another claimer holds is passed over, as SKIP LOCKED passes
+    backlog never blocks other keys) and tries each key's advisory lock; the claim counts each
+    held key's RUNNING rows in a snapshot taken after those locks, so two claimers never both
+    fill a key's last slot. A key another claimer holds is passed over, as SKIP LOCKED passes
     over its rows: that claimer is filling it. (Waiting for it serialized the fleet: two claims'
     candidates share a key almost always.) Rows picked but not kept stay PENDING, locked only
     until this transaction ends.
     """
-    sql, params = picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key, fair=fair)
-    with db.cursor() as cursor:
-        cursor.execute(sql, params)
-        candidates = cursor.fetchall()  # (id, concurrency_key), best first
-        keys = sorted({key for _, key in candidates if key is not None})
-        running: dict[str, int] = {}
-        held: set[str] = set()
-        if keys:
-            cursor.execute(
-                _TRY_KEYS_SQL,
-                [keys, f"reliableq:key:{kind}"],
-            )
-            held = {key for (key,) in cursor.fetchall()}
-            cursor.execute(
-                _RUNNING_PER_KEY_SQL,
-                [kind, sorted(held)],
-            )
-            running = dict(cursor.fetchall())
-    kept: list[uuid.UUID] = []
-    for job_id, key in candidates:
-        if len(kept) >= room:
-            break
-        if key is not None:
-            if key not in held or running.get(key, 0) >= per_key:
-                continue
-            running[key] = running.get(key, 0) + 1
-        kept.append(job_id)
-    return kept, len(candidates)
+    candidates = db.fetch(*pick_keys_sql(queues, room * KEY_CANDIDATES, kind, per_key, fair))
+    kept = [(job_id, key) for job_id, key, held in candidates if held]
+    if not kept:
+        return [], None, len(candidates)
+    ids, keys = [job_id for job_id, _ in kept], [key for _, key in kept]
+    jobs, at = run_claim((_TAKE_KEYED_SQL, (ids, keys, kind, per_key, room)), worker_id, lease_seconds)
+    return jobs, at, len(candidates)
 
 
 _KIND_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"

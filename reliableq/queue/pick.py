@@ -150,7 +150,7 @@ _TAKE_IDS_SQL = claim_sql(
 
 
 # True for a row whose concurrency_key already has N RUNNING jobs of its kind (parameters: N, N): a
-# hint, read without the key's lock (limits._pick_per_key decides under it).
+# hint, read without the key's lock (limits._take_per_key decides under it).
 KEY_SATURATED = f"""(SELECT count(*) FROM (SELECT 1 FROM {JOB} r WHERE r.status = {S.RUNNING}
               AND r.kind = {JOB}.kind AND r.concurrency_key = {JOB}.concurrency_key LIMIT %s) AS running) >= %s"""
 

@@ -83,8 +83,8 @@ def claim_capped() -> object:
 
 
 def claim_keyed() -> object:
-    """A worker with a per-key limit: the other kinds, then the kind's pick past saturated keys,
-    the keys' locks, their RUNNING counts and the claim by id."""
+    """A worker with a per-key limit: the other kinds, then the kind's pick past saturated keys with
+    the keys' locks, then the claim by id that counts their RUNNING rows."""
     return jobqueue.claim(
         worker_id=WORKER,
         queues=tables.QUEUES,
