@@ -27,10 +27,11 @@ never shared and never a condition of correctness:
   a floor.
 - A limited kind whose own claim found nothing due is not asked again by the claims that only
   refill slots freed by finishes, for IDLE_KIND_SECONDS: its pick, and for a kind with locks the
-  transaction around it, cost a busy worker as much as the claim of the others. A claim after a
-  wake (a notification: a job was enqueued) or a poll asks every kind. A job of such a kind that
-  turns due by its run_at (a retry, a snooze, a sleep) while the worker is busy waits up to that
-  long; an idle worker polls anyway.
+  transaction around it, cost a busy worker as much as the claim of the others. Nor, in a worker
+  that knows limited kinds, are the other kinds, when their claim found none due. A claim after
+  a wake (a notification: a job was enqueued) or a poll asks every kind. A job of a kind passed
+  over that turns due by its run_at (a retry, a snooze, a sleep) while the worker is busy waits up
+  to that long; an idle worker polls anyway.
 - A RUNNING row whose lease expired below the rescue's floor (it was locked by its owner while a
   rescue passed, and that owner neither finished nor renewed it) is taken by the next full rescue,
   at least every RESCUE_SWEEP_SECONDS.
@@ -47,6 +48,7 @@ from typing import Any
 FLOOR_SLACK_SECONDS = 1.0  # a claim floor sits this far before the oldest run_at it claimed
 FLOOR_SWEEP_SECONDS = 2.0  # a worker reads its queues from the start at least this often
 IDLE_KIND_SECONDS = 1.0  # a limited kind that had nothing due is asked again at least this often
+OTHER_KINDS = ""  # in ClaimFloors.idle: the kinds a worker claims without limits (no kind is named "")
 RESCUE_MARGIN_SECONDS = 10.0  # a rescue starts this far before the last complete one
 RESCUE_SWEEP_SECONDS = 60.0  # and reads the whole lease index at least this often
 SWEEP_SHARE = 20.0  # after a sweep that took t, the next one waits at least SWEEP_SHARE * t

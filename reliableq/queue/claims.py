@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..floors import ClaimFloors
+from ..floors import OTHER_KINDS, ClaimFloors
 from ..registry import Limits
 from . import db
 from .limits import take_limited, take_rated
@@ -38,7 +38,8 @@ def claim(
     With `floors` (a worker's), the claim of the unlimited kinds starts at each queue's floor; and a
     `refill` (a claim only for slots that finishes freed, not after a wake or a poll) passes over the
     limited kinds whose last claim found nothing due, for a while (ClaimFloors.idle): they stay
-    excluded from the others' claim all the same.
+    excluded from the others' claim all the same. So does a refill the other kinds' claim, when a
+    worker that knows limited kinds found none of the others due a moment ago.
     """
     if limit < 1:
         return [], []
@@ -52,7 +53,22 @@ def claim(
     controlled = {kind: lim for kind, lim in controlled.items() if lim.limited}
     if not rescue and not controlled:
         return take(queues, limit, worker_id, lease_seconds, floors=floors, fair=fair), []
-    asked = {kind: lim for kind, lim in controlled.items() if not (refill and floors is not None and floors.idle(kind))}
+
+    def passed_over(kind: str) -> bool:
+        return refill and floors is not None and floors.idle(kind)
+
+    asked = {kind: lim for kind, lim in controlled.items() if not passed_over(kind)}
+    exclude = tuple(sorted(controlled))
+
+    def others() -> list[ClaimedJob]:
+        """The other kinds' claim, unless it found nothing due a moment ago and this is a refill."""
+        if passed_over(OTHER_KINDS):
+            return []
+        jobs = take(queues, limit, worker_id, lease_seconds, exclude=exclude, floors=floors, fair=fair)
+        if floors is not None:
+            floors.asked(OTHER_KINDS, none_due=not jobs)
+        return jobs
+
     # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
     # others need locks held from one statement to the next, so a transaction.
     rated = {kind: lim.rate for kind, lim in asked.items() if lim.rate and not (lim.max_running or lim.per_key)}
@@ -61,9 +77,7 @@ def claim(
     if rescue or locked:
         with db.atomic():
             rescued = rescue_expired(queues) if rescue else []
-            jobs = take(
-                queues, limit, worker_id, lease_seconds, exclude=tuple(sorted(controlled)), floors=floors, fair=fair
-            )
+            jobs = others()
             # Kinds in one order in every claimer, and each kind's locks in one order (its cap, its
             # rate window, its keys by hash): two claimers never wait for each other in a cycle.
             for kind, kind_limits in sorted(locked.items()):
@@ -76,8 +90,7 @@ def claim(
                     floors.saw(taken.at)
                     floors.asked(kind, none_due=taken.none_due)
     else:
-        exclude = tuple(sorted(controlled))
-        jobs = take(queues, limit, worker_id, lease_seconds, exclude=exclude, floors=floors, fair=fair)
+        jobs = others()
     for kind, rate in sorted(rated.items()):
         room = limit - len(jobs)
         if room <= 0:

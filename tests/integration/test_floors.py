@@ -21,7 +21,7 @@ import reliableq
 from reliableq import queue as jobqueue
 from reliableq import services
 from reliableq.conf import queue_alias
-from reliableq.floors import ClaimFloors, RescueFloor
+from reliableq.floors import OTHER_KINDS, ClaimFloors, RescueFloor
 from reliableq.models import Job, JobStatus
 from reliableq.queue import Finish, db
 from reliableq.queue import pick as jobqueue_pick
@@ -277,9 +277,17 @@ def claim_refill(floors: ClaimFloors, limits: dict[str, Limits], *, refill: bool
 def test_a_refill_passes_over_a_limited_kind_that_had_nothing_due_until_a_wake_or_a_while() -> None:
     clock = Clock()
     floors = ClaimFloors(clock=clock, sweep=60.0, idle=1.0)
-    jobs, sent = claim_refill(floors, RATED, refill=False)  # nothing due: the rated kind is asked
+    jobs, sent = claim_refill(floors, RATED, refill=False)  # nothing due: every kind is asked
     assert jobs == [] and any("rate_window" in sql for sql in sent)
-    jobs, sent = claim_refill(floors, RATED, refill=True)  # a refill: the others' claim alone
+    assert floors.idle("demo.noop") and floors.idle(OTHER_KINDS)
+    assert claim_refill(floors, RATED, refill=True) == ([], [])  # a refill asks nobody
+
+    # A job of another kind enqueued now: the refills pass over it; the claim after a wake takes it.
+    other = reliableq.enqueue("demo.three_steps", {"n": 1})
+    assert claim_refill(floors, RATED, refill=True)[0] == []
+    jobs, sent = claim_refill(floors, RATED, refill=False)
+    assert [job.id for job in jobs] == [other.id] and not floors.idle(OTHER_KINDS)
+    jobs, sent = claim_refill(floors, RATED, refill=True)  # the others asked again; the rated kind not
     assert jobs == [] and len(sent) == 1 and "rate_window" not in sent[0], sent
 
     # A job of the kind enqueued now: the refills still pass over it; the claim after a wake takes it.
