@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -111,6 +112,13 @@ def rates(reps: int, seconds: float, *, keyed: bool = True) -> dict[tuple[str, s
     return got
 
 
+_ID = uuid.UUID(int=1)
+
+
+def _receiver(**fields: object) -> None:
+    """A job_enqueued receiver that does nothing: what a receiver costs beyond its own work."""
+
+
 def _calls(path: str) -> Callable[[int], object]:
     """One call of a path, given its number (new keys need one)."""
     from django.db import transaction
@@ -125,8 +133,33 @@ def _calls(path: str) -> Callable[[int], object]:
         with transaction.atomic():
             reliableq.enqueue(KIND, {})
 
+    if path in ("enqueue with a receiver", "a receiver alone"):
+        from reliableq import signals
+
+        signals.job_enqueued.connect(_receiver, weak=False, dispatch_uid="bench.enqueuecost")
+    if path in ("enqueue traced", "a span alone"):
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+
+        trace.set_tracer_provider(TracerProvider())  # an SDK that records spans and exports none
+
+    def announce(n: int) -> None:  # what enqueue adds for a receiver: its check, on_commit, the send
+        from reliableq.services import enqueueing
+
+        enqueueing._announce([(_ID, KIND, "default")])
+
+    def span(n: int) -> None:  # what enqueue adds for tracing: its PRODUCER span and the context
+        from reliableq import tracing
+
+        with tracing.publishing(KIND, "default"):
+            pass
+
     calls: dict[str, Callable[[int], object]] = {
         "enqueue": lambda n: reliableq.enqueue(KIND, {}),
+        "enqueue with a receiver": lambda n: reliableq.enqueue(KIND, {}),
+        "a receiver alone": announce,
+        "enqueue traced": lambda n: reliableq.enqueue(KIND, {}),
+        "a span alone": span,
         "enqueue atomic": atomic,
         "enqueue_many 1000": lambda n: reliableq.enqueue_many(KIND, [{}] * BULK),
         "create": lambda n: create.enqueue("noop"),
@@ -184,7 +217,10 @@ def profile(calls: int, top: int = 18) -> str:
     return out.getvalue()
 
 
-INSTRUCTION_PATHS = ("enqueue", "enqueue atomic", "create", "psycopg", "debounce found")
+# With a receiver of job_enqueued or an OpenTelemetry SDK, beside what each adds by itself: what
+# enqueue pays for a hook should be the hook's own work and nothing more (and nothing without one).
+HOOK_PATHS = ("enqueue with a receiver", "a receiver alone", "enqueue traced", "a span alone")
+INSTRUCTION_PATHS = ("enqueue", "enqueue atomic", "create", "psycopg", "debounce found", *HOOK_PATHS)
 WARM = 50
 
 
@@ -269,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         print("| --- | ---: |")
         for path, value in counts.items():
             print(f"| {path} | {value / 1e3:,.0f} k |")
+        hooks = [("a job_enqueued receiver", "enqueue with a receiver", "a receiver alone"),
+                 ("an OpenTelemetry SDK", "enqueue traced", "a span alone")]  # fmt: skip
+        if "enqueue" in counts and any(with_ in counts and alone in counts for _, with_, alone in hooks):
+            print("\n| installed | what it adds to enqueue | its own work, alone |")
+            print("| --- | ---: | ---: |")
+            for name, with_, alone in hooks:
+                if with_ in counts and alone in counts:
+                    added = counts[with_] - counts["enqueue"]
+                    print(f"| {name} | {added / 1e3:,.1f} k | {counts[alone] / 1e3:,.1f} k |")
     return 0
 
 
