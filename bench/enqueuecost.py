@@ -307,13 +307,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {path} | {value / 1e3:,.0f} k |")
         hooks = [("a job_enqueued receiver", "enqueue with a receiver", "a receiver alone"),
                  ("an OpenTelemetry SDK", "enqueue traced", "a span alone")]  # fmt: skip
-        if "enqueue" in counts and any(with_ in counts and alone in counts for _, with_, alone in hooks):
+        rows = [(name, counts[with_] - counts["enqueue"], counts[alone])
+                for name, with_, alone in hooks if {"enqueue", with_, alone} <= counts.keys()]  # fmt: skip
+        if rows:
             print("\n| installed | what it adds to enqueue | its own work, alone |")
             print("| --- | ---: | ---: |")
-            for name, with_, alone in hooks:
-                if with_ in counts and alone in counts:
-                    added = counts[with_] - counts["enqueue"]
-                    print(f"| {name} | {added / 1e3:,.1f} k | {counts[alone] / 1e3:,.1f} k |")
+            for name, added, alone_count in rows:
+                print(f"| {name} | {added / 1e3:,.1f} k | {alone_count / 1e3:,.1f} k |")
     return 0
 
 

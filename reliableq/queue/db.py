@@ -153,8 +153,8 @@ def _may_prepare(raw: Any) -> bool:
 
 _COMPILES_SQL = "SELECT pg_jit_available() AND current_setting('jit')::bool"
 _NO_JIT_SQL = "SET LOCAL jit = off"
-# Django's connection wrapper -> (its psycopg connection, whether that server compiles plans with JIT).
-_compiles: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, bool]] = weakref.WeakKeyDictionary()
+# psycopg connection -> whether its server compiles plans with JIT (asked once per connection, as _direct).
+_compiles: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def without_jit() -> None:
@@ -172,13 +172,12 @@ def without_jit() -> None:
         return
     conn.ensure_connection()
     raw = conn.connection
-    known = _compiles.get(conn)
-    if known is None or known[0] is not raw:
+    compiles = _compiles.get(raw)
+    if compiles is None:
         with cursor() as probe:
             probe.execute(_COMPILES_SQL)
-            known = (raw, bool(probe.fetchone()[0]))
-        _compiles[conn] = known
-    if known[1]:
+            compiles = _compiles[raw] = bool(probe.fetchone()[0])
+    if compiles:
         with cursor() as off:
             off.execute(_NO_JIT_SQL)
 

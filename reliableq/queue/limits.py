@@ -159,14 +159,13 @@ def take_limited(
         return Taken([], None)
     fair = (kind,) if limits.fair else ()
     if limits.per_key:
-        jobs, started, candidates = _take_per_key(queues, room, worker_id, lease_seconds, kind, limits.per_key, fair)
-        none_due = not candidates
+        taken = _take_per_key(queues, room, worker_id, lease_seconds, kind, limits.per_key, fair)
     else:
         jobs, started = run_claim(take_sql(queues, room, (), kind, fair=fair), worker_id, lease_seconds)
-        none_due = not jobs
-    if window is not None and jobs:
-        window.record(len(jobs), started)
-    return Taken(jobs, started, none_due)
+        taken = Taken(jobs, started, none_due=not jobs)
+    if window is not None and taken.jobs:
+        window.record(len(taken.jobs), taken.at)
+    return taken
 
 
 _LOCK_WINDOW_SQL = f"""
@@ -260,9 +259,9 @@ _TAKE_KEYED_SQL = claim_sql(
 def _take_per_key(
     queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, per_key: int,
     fair: tuple[str, ...] = (),
-) -> tuple[list[ClaimedJob], Any, int]:  # fmt: skip
-    """Claim up to `room` due jobs of `kind` whose concurrency_key has room left, in two statements:
-    the jobs, the claim's database time, and how many due rows the pick found (kept or not).
+) -> Taken:  # fmt: skip
+    """Claim up to `room` due jobs of `kind` whose concurrency_key has room left, in two statements;
+    none_due when the pick found no due row at all (kept or not).
 
     The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
     backlog never blocks other keys) and tries each key's advisory lock; the claim counts each
@@ -275,10 +274,9 @@ def _take_per_key(
     candidates = db.fetch(*pick_keys_sql(queues, room * KEY_CANDIDATES, kind, per_key, fair))
     kept = [(job_id, key) for job_id, key, held in candidates if held]
     if not kept:
-        return [], None, len(candidates)
+        return Taken([], None, none_due=not candidates)
     ids, keys = [job_id for job_id, _ in kept], [key for _, key in kept]
-    jobs, at = run_claim((_TAKE_KEYED_SQL, (ids, keys, kind, per_key, room)), worker_id, lease_seconds)
-    return jobs, at, len(candidates)
+    return Taken(*run_claim((_TAKE_KEYED_SQL, (ids, keys, kind, per_key, room)), worker_id, lease_seconds))
 
 
 _KIND_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
