@@ -35,8 +35,10 @@ FOREIGN_KEY = "foreign key check of an attempt (inside the claim, not sent)"
 WARM = 200  # jobs of the first callgrind run, subtracted from the second
 
 
-def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, int, float]]:
-    """Run the backlog with real workers while pg_stat_statements counts; (query, calls, mean ms) per statement."""
+def _statements(jobs: int, processes: int, concurrency: int, fan_in: bool = False) -> list[tuple[str, int, float]]:
+    """Run the backlog with real workers while pg_stat_statements counts; (query, calls, mean ms) per statement.
+
+    `fan_in`: the backlog is one workflow, jobs - 1 members and a report after them all."""
     import psycopg
 
     from . import core, statements
@@ -54,12 +56,21 @@ def _statements(jobs: int, processes: int, concurrency: int) -> list[tuple[str, 
     call_command("migrate", verbosity=0)
     from .systems import _exec
 
-    tables = ("reliableq_job", "reliableq_attempt", "reliableq_returnvalue", "reliableq_batchkey", "reliableq_step")
+    tables = (
+        "reliableq_job", "reliableq_attempt", "reliableq_returnvalue", "reliableq_batchkey", "reliableq_step",
+        "reliableq_workflowcount", "reliableq_workflowedge", "reliableq_workflowcascade", "reliableq_workflow",
+    )  # fmt: skip
     present = [t for t in tables if _exec_one(f"SELECT to_regclass('{t}')") is not None]  # older trees lack some
     _exec(f"TRUNCATE {', '.join(present)}")
-    with transaction.atomic():
-        for start in range(0, jobs, 5000):
-            reliableq.enqueue_many("bench.noop", [{}] * min(5000, jobs - start), queue=QUEUE)
+    if fan_in:
+        flow = reliableq.workflow(name="jobcost fan-in")
+        members = [flow.add("bench.noop", {}, name=f"m{i:06d}", queue=QUEUE) for i in range(jobs - 1)]
+        flow.add("bench.noop", {}, name="report", after=members, queue=QUEUE)
+        flow.enqueue()
+    else:
+        with transaction.atomic():
+            for start in range(0, jobs, 5000):
+                reliableq.enqueue_many("bench.noop", [{}] * min(5000, jobs - start), queue=QUEUE)
     _exec("ANALYZE reliableq_job")
     with statements.tracking(url):
         statements.reset(url)
@@ -199,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--callgrind", action="store_true", help="instructions per job instead of statements")
     parser.add_argument("--reps", type=int, default=2, help="callgrind runs of each size (the fewest counts)")
+    parser.add_argument("--fan-in", action="store_true", help="the backlog as one workflow: a fan-in and a report")
     parser.add_argument("--inner", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inner is not None:
@@ -228,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{per / 1e6:.3f} M (fewest of {args.reps}: {few:,} for {WARM} jobs, {more:,} for {WARM + jobs})")
         return 0
     jobs = args.jobs or 20000
-    rows = _statements(jobs, args.processes, args.concurrency)
+    rows = _statements(jobs, args.processes, args.concurrency, args.fan_in)
     grouped: dict[str, list[float]] = {}
     for query, calls, mean in rows:
         label = _label(query)
@@ -236,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         entry[1] = (entry[1] * entry[0] + mean * calls) / (entry[0] + calls) if entry[0] + calls else 0.0
         entry[0] += calls
     total = sum(int(n) for label, (n, _) in grouped.items() if label != FOREIGN_KEY)
-    where = f"{args.processes} x {args.concurrency}, {jobs:,} jobs; pg_stat_statements, top level"
+    backlog = "a fan-in of " if args.fan_in else ""
+    where = f"{args.processes} x {args.concurrency}, {backlog}{jobs:,} jobs; pg_stat_statements, top level"
     print(f"Statements per no-op job ({where})")
     print()
     print("| statement | calls | per job | mean ms |")

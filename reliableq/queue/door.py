@@ -58,6 +58,7 @@ def statement(
     tail: str,
     head: str = "",
     members: bool = True,
+    succeeded: bool = False,
 ) -> str:
     """`WITH <head> moved AS (<moved>) <what follows the change> <tail>`, marked with its name.
 
@@ -65,7 +66,8 @@ def statement(
     that only goes on with a cancel handed on (graph.ended(None)); `head` gives CTEs before it
     (ending with a comma); `tail` ends the statement, reading `moved`, and returns the rows the
     caller wants with recheck(members) as their last column. `members=False`: none of the jobs is a
-    workflow's, and nothing follows."""
+    workflow's, and nothing follows; `succeeded=True`: every member among them ends in success
+    (graph.ended)."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"A statement's name is a word: {name!r}")
     if moved is None:  # a cancel handed on: only what follows it
@@ -73,16 +75,18 @@ def statement(
             raise ValueError("Only an end goes on without a statement of its own.")
         none = "SELECT NULL::uuid AS id, NULL::text AS status, NULL::uuid AS workflow_id WHERE false"
         return f"{MARK}{name} */ WITH {head}\nmoved AS ({none}),\n{graph.ended(None)}\n{tail}"
-    return f"{MARK}{name} */ WITH {head}\nmoved AS ({moved}){_follows(change, members)}\n{tail}"
+    return f"{MARK}{name} */ WITH {head}\nmoved AS ({moved}){_follows(change, members, succeeded)}\n{tail}"
 
 
-def _follows(change: Change, members: bool) -> str:
+def _follows(change: Change, members: bool, succeeded: bool) -> str:
     if change in (Change.STARTED, Change.WOKEN) or not members:
         return ""
     statuses = ", ".join(_STATUSES[change])
     rows = f""",
 door_moved AS MATERIALIZED (SELECT id, status, workflow_id FROM moved WHERE status IN ({statuses})),"""
-    return f"{rows}\n{graph.ended('door_moved') if change is Change.ENDED else graph.reopened('door_moved')}"
+    if change is Change.ENDED:
+        return f"{rows}\n{graph.ended('door_moved', succeeded=succeeded)}"
+    return f"{rows}\n{graph.reopened('door_moved')}"
 
 
 def recheck(*, members: bool = True) -> str:

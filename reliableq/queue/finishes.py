@@ -215,8 +215,9 @@ _PLAIN = f"""
 
 
 @functools.cache
-def _finish_sql(members: bool, parks: bool = False, progress: bool = False) -> str:
+def _finish_sql(members: bool, parks: bool = False, progress: bool = False, succeeded: bool = False) -> str:
     """The finish's statement, made once per shape (`members`: some of the jobs are a workflow's;
+    `succeeded`: every one of those members succeeded, so their ends doom nothing (graph.ended);
     `parks`: some wait for an event, and record their wait's timeout as the step of that name;
     `progress`: some carry the handler's last progress report, written with the end).
 
@@ -267,6 +268,7 @@ def _finish_sql(members: bool, parks: bool = False, progress: bool = False) -> s
                v.error, v.traceback, j.status, j.workflow_id{park_columns}""",
         change=door.Change.ENDED,
         members=members,
+        succeeded=succeeded,
         tail=f"""{recorded},
     closing AS MATERIALIZED (
         SELECT o.id, moved.outcome, moved.error, moved.traceback FROM moved CROSS JOIN LATERAL (
@@ -343,7 +345,10 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
                     end += (f.waiting_for, f.waiting_for in locked)
                 if reports:
                     end.append(f.progress)
-        rows = db.fetch(_finish_sql(members, bool(parks), reports), [json.dumps(ends)])
+        # A batch of members' successes (the usual one: failing members are finished apart, above)
+        # takes the statement without the walk of what a failure dooms.
+        succeeded = members and not parks and all(f.status == JobStatus.SUCCEEDED for f in finishes if f.workflow)
+        rows = db.fetch(_finish_sql(members, bool(parks), reports, succeeded), [json.dumps(ends)])
         if members:  # else the recheck column is false on every row
             door.follow(rows)
         result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}

@@ -135,7 +135,7 @@ WALK = 200
 WALK_EDGES = 2_000
 
 
-def ended(rows: str | None) -> str:
+def ended(rows: str | None, *, succeeded: bool = False) -> str:
     """The CTEs that follow ends of members (door.Change.ENDED): the WAITING dependents of the
     members that failed are cancelled (their error names an upstream that doomed them),
     transitively, within one statement's bound (WALK, WALK_EDGES), the rest handed on
@@ -150,7 +150,13 @@ def ended(rows: str | None) -> str:
 
     A callback already stored (the failure callback an earlier failure fired) is read, not inserted
     again: ON CONFLICT alone waits for the key's holder, and a finish ending that callback's job
-    holds its key while it may wait for a count this statement has locked."""
+    holds its key while it may wait for a count this statement has locked.
+
+    `succeeded`: every member of `rows` ended in success (a finish of successes alone), so nothing
+    is doomed and nothing fails: the walk, the cancels and the failure callbacks of a member's
+    failure are left out of the statement, which then costs less to start on every call."""
+    if succeeded and rows is not None:
+        return _succeeded(rows)
     none = "SELECT NULL::uuid AS id, NULL::text AS status, NULL::uuid AS workflow_id WHERE false"
     doomed_step = (
         f"j.status = {S.WAITING} AND j.waiting_for IS NULL AND j.on_upstream_failure = {S.cancel}"
@@ -176,7 +182,6 @@ wf_picked_map AS MATERIALIZED {_map("wf_picked", "member::text", "true")},"""
         "(SELECT m FROM wf_from_map) ? e.upstream::text OR (SELECT m FROM wf_doomed_map) ? e.upstream::text"
         f" OR {ended_upstream}"
     )
-    key = callback_key("f.workflow_id", "f.run", "f.event")
     return f"""wf_src AS MATERIALIZED ({src}),
 wf_src_map AS MATERIALIZED {_map("wf_src", "id::text", "status")},
 wf_from AS MATERIALIZED ({start}),
@@ -224,7 +229,28 @@ wf_handed AS (
 ),
 wf_ended AS MATERIALIZED (
     SELECT id, status, workflow_id FROM wf_src UNION ALL SELECT id, status, workflow_id FROM wf_cancelled
-),{_recount("wf_ended", ended=True)},
+),{_counted(failures=True)}"""
+
+
+def _succeeded(rows: str) -> str:
+    """ended() of `rows` that all succeeded: their ends counted, what waited on them released, their
+    workflow ended and its callbacks fired, as ended() does, with nothing to cancel."""
+    return f"""wf_src AS MATERIALIZED (SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL),
+wf_ended AS MATERIALIZED (SELECT id, status, workflow_id FROM wf_src),{_counted(failures=False)}"""
+
+
+def _counted(*, failures: bool) -> str:
+    """What follows `wf_ended` (id, status, workflow_id): the counts, the release, the workflow's end
+    and its callbacks. `failures`: some of the ends may have failed, and fire their workflow's
+    failure callback at once."""
+    key = callback_key("f.workflow_id", "f.run", "f.event")
+    failing = f"""
+    UNION ALL
+    SELECT w.id, w.run, 'failure', w.callbacks -> 'failure', w.dedupe_scope, w.submitted_by
+      FROM {WORKFLOW} w
+     WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM wf_ended WHERE status <> {S.SUCCEEDED}))
+       AND NOT (w.id = ANY(ARRAY(SELECT id FROM wf_done))) AND w.callbacks ? 'failure'"""
+    return f"""{_recount("wf_ended", ended=True)},
 wf_zero AS MATERIALIZED (SELECT target, failed, workflow FROM wf_tops WHERE remaining = 0),
 wf_zero_map AS MATERIALIZED {_map("wf_zero", "target::text", "failed")},
 wf_release AS MATERIALIZED (
@@ -253,12 +279,7 @@ wf_fire AS MATERIALIZED (
     SELECT d.id AS workflow_id, d.run, ev.event, d.callbacks -> ev.event AS cb, d.dedupe_scope, d.submitted_by
       FROM wf_done d CROSS JOIN (VALUES ('success'), ('failure'), ('complete')) AS ev(event)
      WHERE d.callbacks ? ev.event
-       AND (ev.event = 'complete' OR (ev.event = 'success') = (d.status = {S.SUCCEEDED}))
-    UNION ALL
-    SELECT w.id, w.run, 'failure', w.callbacks -> 'failure', w.dedupe_scope, w.submitted_by
-      FROM {WORKFLOW} w
-     WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM wf_ended WHERE status <> {S.SUCCEEDED}))
-       AND NOT (w.id = ANY(ARRAY(SELECT id FROM wf_done))) AND w.callbacks ? 'failure'
+       AND (ev.event = 'complete' OR (ev.event = 'success') = (d.status = {S.SUCCEEDED})){failing if failures else ""}
 ),
 wf_callbacks AS (
     INSERT INTO {JOB} (id, kind, queue, priority, payload, status, attempts, max_attempts, run_at, worker_id,

@@ -36,6 +36,7 @@ SHAPES: dict[str, Callable[[], str]] = {
     "pick_per_key": lambda: limits.pick_keys_sql(("default",), 40, "keyed.kind", 2)[0],
     "finish": lambda: finishes._finish_sql(True),
     "finish.parks": lambda: finishes._finish_sql(True, True),
+    "finish.succeeded": lambda: finishes._finish_sql(True, succeeded=True),
     "finish_jobs": lambda: finishes._finish_sql(False),
     "finish_jobs.parks": lambda: finishes._finish_sql(False, True),
     "rescue": lambda: rescues.rescue_sql(("default",))[0],

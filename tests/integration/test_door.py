@@ -182,6 +182,31 @@ def wide_fan_outs_analyzed() -> None:
         cursor.execute("ANALYZE reliableq_workflowedge")  # in the test's transaction, rolled back with it
 
 
+def test_members_successes_are_finished_without_the_walk_a_failure_needs(changes: list[tuple[str, str, str]]) -> None:
+    """A batch's successes and its failures are finished apart, the successes by the statement that
+    leaves out the walk of what a failure dooms; the failure still cancels and fires what it must."""
+    wf = reliableq.workflow(name="door, apart")
+    a = wf.add("demo.noop", {}, name="a", queue="wf-apart")
+    b = wf.add("demo.noop", {}, name="b", queue="wf-apart")
+    wf.add("demo.noop", {}, name="c", after=[a, b], queue="wf-apart")
+    wf.on("failure", "demo.noop", {}, queue="wf-apart")
+    record = wf.enqueue()
+    taken = {job.member_name: job for job in claim_jobs(queues=["wf-apart"], limit=2)}
+    jobqueue.finish([
+        Finish(job_id=taken["a"].id, lease_token=taken["a"].lease_token, status=JobStatus.SUCCEEDED,
+               outcome=Outcome.SUCCEEDED, workflow=True),
+        Finish(job_id=taken["b"].id, lease_token=taken["b"].lease_token, status=JobStatus.DEAD,
+               outcome=Outcome.FAILED_PERMANENT, workflow=True),
+    ])  # fmt: skip
+    by_job = {new: query for query, _, new in read(changes)}
+    assert "wf_walk" not in by_job["SUCCEEDED"] and door_name(by_job["SUCCEEDED"]) == "finish"
+    assert "wf_walk" in by_job["DEAD"]
+    assert Job.objects.get(workflow=record, member_name="c").status == JobStatus.CANCELLED
+    record.refresh_from_db()
+    assert record.status == "FAILED"
+    assert Job.objects.filter(workflow=record, member_name__isnull=True, dedupe_key__endswith=":failure").count() == 1
+
+
 @pytest.mark.usefixtures("wide_fan_outs_analyzed")
 def test_a_door_statement_that_walks_the_graph_is_planned_without_jit() -> None:
     """Where the server compiles with JIT, the walk's estimate passes every JIT threshold, and each
