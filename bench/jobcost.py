@@ -35,10 +35,13 @@ FOREIGN_KEY = "foreign key check of an attempt (inside the claim, not sent)"
 WARM = 200  # jobs of the first callgrind run, subtracted from the second
 
 
-def _statements(jobs: int, processes: int, concurrency: int, fan_in: bool = False) -> list[tuple[str, int, float]]:
+def _statements(
+    jobs: int, processes: int, concurrency: int, fan_in: bool = False, keyed: bool = False
+) -> list[tuple[str, int, float]]:
     """Run the backlog with real workers while pg_stat_statements counts; (query, calls, mean ms) per statement.
 
-    `fan_in`: the backlog is one workflow, jobs - 1 members and a report after them all."""
+    `fan_in`: the backlog is one workflow, jobs - 1 members and a report after them all. `keyed`: jobs
+    of the flow scenario's kind limited per key (bench.jobs.KEYS keys, one running each)."""
     import psycopg
 
     from . import core, statements
@@ -62,7 +65,21 @@ def _statements(jobs: int, processes: int, concurrency: int, fan_in: bool = Fals
     )  # fmt: skip
     present = [t for t in tables if _exec_one(f"SELECT to_regclass('{t}')") is not None]  # older trees lack some
     _exec(f"TRUNCATE {', '.join(present)}")
-    if fan_in:
+    if keyed:
+        from reliableq import JobOptions, services
+
+        from .jobs import KEYS, register_flow_kinds
+
+        register_flow_kinds()
+        with transaction.atomic():
+            keyed_jobs = [
+                services.NewJob(
+                    kind="bench.keyed", payload={}, options=JobOptions(queue=QUEUE, concurrency_key=f"k{i % KEYS}")
+                )
+                for i in range(jobs)
+            ]
+            services.submit_many(keyed_jobs)
+    elif fan_in:
         flow = reliableq.workflow(name="jobcost fan-in")
         members = [flow.add("bench.noop", {}, name=f"m{i:06d}", queue=QUEUE) for i in range(jobs - 1)]
         flow.add("bench.noop", {}, name="report", after=members, queue=QUEUE)
@@ -87,7 +104,7 @@ def _statements(jobs: int, processes: int, concurrency: int, fan_in: bool = Fals
                 subprocess.Popen(
                     [sys.executable, str(core.ROOT / "manage.py"), *argv],
                     cwd=core.ROOT,
-                    env=core.child_env(),
+                    env=core.child_env(**({"BENCH_FLOW": "1"} if keyed else {})),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
@@ -211,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callgrind", action="store_true", help="instructions per job instead of statements")
     parser.add_argument("--reps", type=int, default=2, help="callgrind runs of each size (the fewest counts)")
     parser.add_argument("--fan-in", action="store_true", help="the backlog as one workflow: a fan-in and a report")
+    parser.add_argument("--keyed", action="store_true", help="the backlog of a kind limited per key (as bench flow's)")
     parser.add_argument("--inner", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inner is not None:
@@ -240,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{per / 1e6:.3f} M (fewest of {args.reps}: {few:,} for {WARM} jobs, {more:,} for {WARM + jobs})")
         return 0
     jobs = args.jobs or 20000
-    rows = _statements(jobs, args.processes, args.concurrency, args.fan_in)
+    rows = _statements(jobs, args.processes, args.concurrency, args.fan_in, args.keyed)
     grouped: dict[str, list[float]] = {}
     for query, calls, mean in rows:
         label = _label(query)
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         entry[1] = (entry[1] * entry[0] + mean * calls) / (entry[0] + calls) if entry[0] + calls else 0.0
         entry[0] += calls
     total = sum(int(n) for label, (n, _) in grouped.items() if label != FOREIGN_KEY)
-    backlog = "a fan-in of " if args.fan_in else ""
+    backlog = "a fan-in of " if args.fan_in else "keyed, " if args.keyed else ""
     where = f"{args.processes} x {args.concurrency}, {backlog}{jobs:,} jobs; pg_stat_statements, top level"
     print(f"Statements per no-op job ({where})")
     print()

@@ -24,9 +24,10 @@ def flow(bench: Bench, s: Section) -> None:
         f"(workers that know no limited kind, so each claim is one autocommit statement); every job "
         f"with one of {KEYS:,} concurrency keys of a kind with max_running_per_key=1; every job of a "
         f"kind with rate_limit={RATE!r}, far above what the fleet can start. The limited runs' workers "
-        "claim limited kinds in a transaction with the kind's locks (the rate window's row, each "
-        "key's advisory lock) after the unlimited ones. The rate is N over the span the database "
-        "recorded from the first start to the last finish."
+        "claim each limited kind after the unlimited ones, by one statement of its own in autocommit "
+        "(it locks a shard of the rate window's row, or tries each key's advisory lock and counts the "
+        "key's running jobs under it). The rate is N over the span the database recorded from the "
+        "first start to the last finish."
     )
     runs: dict[str, Summary] = {}
     bench.say("flow: no limits")

@@ -69,10 +69,10 @@ def claim(
             floors.asked(OTHER_KINDS, none_due=not jobs)
         return jobs
 
-    # A kind limited by its rate alone is claimed by one statement of its own, in autocommit; the
-    # others need locks held from one statement to the next, so a transaction.
-    rated = {kind: lim.rate for kind, lim in asked.items() if lim.rate and not (lim.max_running or lim.per_key)}
-    locked = {kind: lim for kind, lim in asked.items() if kind not in rated}
+    # A kind limited by its rate alone, or per key alone, is claimed by one statement of its own, in
+    # autocommit; the others need locks held from one statement to the next, so a transaction.
+    alone = {kind: lim for kind, lim in asked.items() if not lim.max_running and bool(lim.rate) != bool(lim.per_key)}
+    locked = {kind: lim for kind, lim in asked.items() if kind not in alone}
     rescued: list[Rescued] = []
     if rescue or locked:
         with db.atomic():
@@ -91,11 +91,14 @@ def claim(
                     floors.asked(kind, none_due=taken.none_due)
     else:
         jobs = others()
-    for kind, rate in sorted(rated.items()):
+    for kind, lim in sorted(alone.items()):
         room = limit - len(jobs)
         if room <= 0:
             break
-        taken = take_rated(queues, room, worker_id, lease_seconds, kind, rate, fair=controlled[kind].fair)
+        if lim.rate:
+            taken = take_rated(queues, room, worker_id, lease_seconds, kind, lim.rate, fair=lim.fair)
+        else:
+            taken = take_limited(queues, room, worker_id, lease_seconds, kind, lim)
         jobs += taken.jobs
         if floors is not None:
             floors.saw(taken.at)

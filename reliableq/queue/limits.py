@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 
 from ..registry import Limits, Rate
 from . import db
-from .pick import PAUSED_NOW, claim_sql, picked_sql, run_claim, take_sql
+from .functions import KEY_ROOM
+from .pick import claim_sql, picked_sql, run_claim, take_sql
 from .records import ClaimedJob
-from .sql import JOB, QUEUE, RATE, S
+from .sql import JOB, RATE, S
 
 RATE_BUCKETS = 20  # a rate window is counted in this many buckets (see RateWindow)
 
@@ -22,7 +23,7 @@ RATE_BUCKETS = 20  # a rate window is counted in this many buckets (see RateWind
 RATE_SHARDS = 8  # a rated kind's N is shared by up to this many rows, each locked by one claimer at a time
 
 
-KEY_CANDIDATES = 4  # a per-key claim looks at this many due rows per free slot, past saturated keys
+KEY_CANDIDATES = 2  # a per-key claim looks at this many due rows per free slot, past saturated keys
 
 
 _MAKE_SHARDS_SQL = (
@@ -217,66 +218,49 @@ class _RateWindow:
 
 
 @functools.lru_cache(maxsize=256)
-def pick_keys_sql(
-    queues: tuple[str, ...], limit: int, kind: str, per_key: int, fair: tuple[str, ...] = ()
+def keyed_sql(
+    queues: tuple[str, ...], room: int, kind: str, per_key: int, fair: tuple[str, ...] = ()
 ) -> tuple[str, tuple[Any, ...]]:
-    """Lock up to `limit` due rows of `kind` whose key is not saturated, and try their keys' locks, in
-    one statement: (id, concurrency_key, whether this claim holds the key), best first.
+    """The claim of up to `room` due jobs of `kind` whose concurrency_key has room left, in one statement.
 
-    Each key is tried once, without waiting (its lock: the kind's name and the key, hashed); a row
-    without a key needs none (true)."""
-    pick, pick_params = picked_sql(queues, limit, (), kind, per_key, fair=fair)
-    sql = f"""WITH candidates AS MATERIALIZED (
-            SELECT c.id, c.concurrency_key, row_number() OVER () AS ord FROM ({pick}) AS c
-        ),
-        keys AS MATERIALIZED (
-            SELECT k.key, pg_try_advisory_xact_lock(hashtext(%s), hashtext(k.key)) AS held
-              FROM (SELECT DISTINCT concurrency_key AS key FROM candidates
-                     WHERE concurrency_key IS NOT NULL ORDER BY 1) AS k
-        )
-        SELECT c.id, c.concurrency_key, coalesce(k.held, true)
-          FROM candidates c LEFT JOIN keys k ON k.key = c.concurrency_key
-         ORDER BY c.ord"""
-    return sql, (*pick_params, f"reliableq:key:{kind}")
-
-
-# Rows this transaction picked and locked, of keys whose locks it holds (or of no key), claimed in
-# their order while their key has room: each key's RUNNING rows are counted in this statement's
-# snapshot, taken after the locks, so a claimer that filled the key has committed by then. A pause
-# that commits meanwhile leaves its queue's rows PENDING (as pick._TAKE_IDS_SQL).
-_TAKE_KEYED_SQL = claim_sql(
-    f"""SELECT p.id FROM (
-            SELECT c.id, c.key, c.ord, row_number() OVER (PARTITION BY c.key ORDER BY c.ord) AS n
-              FROM unnest(%s::uuid[], %s::text[]) WITH ORDINALITY AS c(id, key, ord)
-        ) AS p JOIN {JOB} pj ON pj.id = p.id
-         WHERE (p.key IS NULL OR p.n + (SELECT count(*) FROM {JOB} r WHERE r.status = {S.RUNNING}
-                                          AND r.kind = %s AND r.concurrency_key = p.key) <= %s)
-           AND NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.name = pj.queue AND {PAUSED_NOW})
-         ORDER BY p.ord LIMIT %s"""
-)
+    The pick locks up to KEY_CANDIDATES due rows a slot, passing over keys already saturated (a hint
+    read without a lock, so that a saturated key's backlog never blocks the others); their keys are
+    then tried, best candidate first, and each one's room read under its lock (functions.KEY_ROOM, in
+    a snapshot taken after the lock: two claimers never both fill a key's last slot). A key another
+    claimer holds has no room here, as SKIP LOCKED passes over its rows: that claimer is filling it.
+    (Waiting for it serialized the fleet: two claims' candidates share a key almost always.) Rows
+    picked but not kept stay PENDING, locked only until the statement ends."""
+    pick, pick_params = picked_sql(queues, room * KEY_CANDIDATES, (), kind, per_key, fair=fair)
+    # Each candidate's key is asked as the LIMIT pulls the candidates, best first, so a claim asks no
+    # more keys than it needs (the filter, volatile, stays above the sort). A key's later candidates
+    # past per_key are passed over without asking.
+    # The attempts start, and their leases run, from a time read after every key was counted (not the
+    # statement's start): a job that ended before a count let this claim in, and it ends before this
+    # start, in the database's record as in fact.
+    sql = claim_sql(
+        before=f"""picked AS MATERIALIZED (SELECT p.id FROM (
+            SELECT c.id, c.key, c.ord, row_number() OVER (PARTITION BY c.key ORDER BY c.ord) AS n FROM (
+                SELECT c.id, c.concurrency_key AS key, row_number() OVER () AS ord FROM ({pick}) AS c
+            ) AS c ORDER BY c.ord
+        ) AS p
+         WHERE p.key IS NULL OR (p.n <= %s AND p.n <= {KEY_ROOM}(%s, p.key, %s))
+         LIMIT %s),
+        counted AS MATERIALIZED (SELECT clock_timestamp() AS at FROM (SELECT count(*) FROM picked) AS c)""",
+        clock="(SELECT at FROM counted)",
+    )
+    return sql, (*pick_params, per_key, kind, per_key, room)
 
 
 def _take_per_key(
     queues: tuple[str, ...], room: int, worker_id: str, lease_seconds: float, kind: str, per_key: int,
     fair: tuple[str, ...] = (),
 ) -> Taken:  # fmt: skip
-    """Claim up to `room` due jobs of `kind` whose concurrency_key has room left, in two statements;
-    none_due when the pick found no due row at all (kept or not).
-
-    The pick skips keys already saturated (without a lock: a hint, so that a saturated key's
-    backlog never blocks other keys) and tries each key's advisory lock; the claim counts each
-    held key's RUNNING rows in a snapshot taken after those locks, so two claimers never both
-    fill a key's last slot. A key another claimer holds is passed over, as SKIP LOCKED passes
-    over its rows: that claimer is filling it. (Waiting for it serialized the fleet: two claims'
-    candidates share a key almost always.) Rows picked but not kept stay PENDING, locked only
-    until this transaction ends.
-    """
-    candidates = db.fetch(*pick_keys_sql(queues, room * KEY_CANDIDATES, kind, per_key, fair))
-    kept = [(job_id, key) for job_id, key, held in candidates if held]
-    if not kept:
-        return Taken([], None, none_due=not candidates)
-    ids, keys = [job_id for job_id, _ in kept], [key for _, key in kept]
-    return Taken(*run_claim((_TAKE_KEYED_SQL, (ids, keys, kind, per_key, room)), worker_id, lease_seconds))
+    """Claim up to `room` due jobs of `kind` whose concurrency_key has room left (keyed_sql); none_due
+    when it took none and the kind has no due row (a kind whose keys are full is asked again)."""
+    jobs, at = run_claim(keyed_sql(queues, room, kind, per_key, fair), worker_id, lease_seconds)
+    if jobs:
+        return Taken(jobs, at)
+    return Taken([], None, none_due=not _any_due(queues, kind))
 
 
 _KIND_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"

@@ -67,7 +67,7 @@ _CLAIM_COLUMNS = {
     "id": "id", "kind": "kind", "queue": "queue", "priority": "priority", "payload": "payload",
     "attempt": "attempts", "max_attempts": "max_attempts", "lease_token": "lease_token", "snoozes": "snoozes",
     "concurrency_key": "concurrency_key",
-    "claimed_epoch": "extract(epoch FROM statement_timestamp())::float8",
+    "claimed_epoch": "extract(epoch FROM {clock})::float8",
     "run_at_utc": """to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')""",
     "trace_context": "trace_context", "workflow_id": "workflow_id", "member_name": "member_name",
     "upstream": f"CASE WHEN on_upstream_failure <> '' THEN {functions.UPSTREAM}(id) END",
@@ -76,16 +76,20 @@ if tuple(_CLAIM_COLUMNS) != ClaimRow._fields:
     raise AssertionError("_CLAIM_COLUMNS must name ClaimRow's fields, in order")
 _CLAIM_SELECT = ", ".join(f"{expression} AS {name}" for name, expression in _CLAIM_COLUMNS.items())
 
+# The claim's time: the statement's start, but in a claim that counts under locks taken in the
+# statement itself (limits.keyed_sql), a time read once those counts are made.
+STATEMENT_START = "statement_timestamp()"
 
-def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
+
+def claim_sql(pick: str = "", *, before: str = "", beside: str = "", clock: str = STATEMENT_START) -> str:
     """The claim statement around a pick (a query of due, locked job ids): mark RUNNING, open attempts.
 
     Composed by parameters: `pick` becomes the `picked` CTE; or `before` gives CTEs of its own that
     end with one named `picked` (a rated claim's window, then its pick). `beside` is a CTE that runs
     in the same statement after `moved` (the jobs claimed: a rated claim's record of its starts),
     ending in a comma. The door (reliableq.queue.door) makes the statement.
-    Time is in the SQL (statement_timestamp(), now()), never in the parameters, so a cached
-    statement is as fresh as a new one.
+    Time is in the SQL (statement_timestamp(), now(), or `clock`, an expression of the database's
+    time), never in the parameters, so a cached statement is as fresh as a new one.
     """
     if bool(pick) == bool(before):
         raise ValueError("A claim needs a pick, or CTEs that define one, not both.")
@@ -100,9 +104,9 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
                    SET status = {S.RUNNING},
                        attempts = j.attempts + 1,
                        lease_token = gen_random_uuid(),
-                       lease_expires_at = statement_timestamp() + make_interval(secs => %s),
+                       lease_expires_at = {clock} + make_interval(secs => %s),
                        worker_id = %s,
-                       updated_at = statement_timestamp()
+                       updated_at = {clock}
                  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
              RETURNING j.id, j.kind, j.queue, j.priority, j.payload, j.attempts,
                        j.max_attempts, j.lease_token, j.run_at, j.snoozes, j.concurrency_key, j.trace_context,
@@ -111,9 +115,9 @@ def claim_sql(pick: str = "", *, before: str = "", beside: str = "") -> str:
         tail=f""",{beside}
             opened AS (
                 INSERT INTO {ATTEMPT} (job_id, number, worker_id, lease_token, started_at, outcome, error)
-                SELECT id, attempts, %s, lease_token, statement_timestamp(), {S.RUNNING}, '' FROM moved
+                SELECT id, attempts, %s, lease_token, {clock}, {S.RUNNING}, '' FROM moved
             )
-            SELECT {_CLAIM_SELECT}
+            SELECT {_CLAIM_SELECT.replace("{clock}", clock)}
               FROM moved
              ORDER BY moved.priority, moved.run_at, moved.id""",
     )

@@ -33,7 +33,7 @@ SHAPES: dict[str, Callable[[], str]] = {
     "claim.fair": lambda: pick.take_sql(("default",), 10, (), None, fair=("fair.kind",))[0],
     "claim.rated": lambda: limits.rated_sql(("default",), 10, "rated.kind", Rate(10, 1.0))[0],
     "claim.capped": lambda: pick.take_sql(("default",), 10, (), "capped.kind")[0],
-    "pick_per_key": lambda: limits.pick_keys_sql(("default",), 40, "keyed.kind", 2)[0],
+    "claim.keyed": lambda: limits.keyed_sql(("default",), 10, "keyed.kind", 2)[0],
     "finish": lambda: finishes._finish_sql(True),
     "finish.parks": lambda: finishes._finish_sql(True, True),
     "finish.succeeded": lambda: finishes._finish_sql(True, succeeded=True),

@@ -24,6 +24,7 @@ from reliableq.queue import Finish, db
 from reliableq.testing import run_due
 from testproject.jobs import per_key, rated
 
+from ..support import wait_until
 from .helpers import claim_jobs, db_now, expire, raw_connect, spawn
 
 reliableq.handler("test.per_key", max_running_per_key=2)(per_key)
@@ -305,9 +306,33 @@ def test_a_per_key_claim_passes_over_a_key_another_claimer_holds_and_waits_for_n
     assert [j.concurrency_key for j in claim_limited()] == ["a"]
 
 
+def test_a_keys_room_is_counted_after_its_lock_not_in_the_claims_older_snapshot() -> None:
+    """The claim is one statement: its snapshot is taken before it tries a key's lock. A claimer that
+    filled the key and committed in between must still be counted (functions.KEY_ROOM counts in a
+    snapshot of its own); counted in the claim's snapshot, the key would have room for two more."""
+    a = [reliableq.enqueue("test.per_key", {"n": n}, concurrency_key="a").pk for n in range(3)]
+    gate = 4_242_001
+    with raw_connect() as filler, raw_connect(autocommit=True) as keeper, raw_connect(autocommit=True) as asker:
+        keeper.execute("SELECT pg_advisory_lock(%s)", [gate])
+        filler.execute("SELECT pg_advisory_xact_lock(hashtext('reliableq:key:test.per_key'), hashtext('a'))")
+        filler.execute(
+            "UPDATE reliableq_job SET status = 'RUNNING', lease_token = gen_random_uuid(), attempts = 1"
+            " WHERE id = ANY(%s)",
+            [a[:2]],
+        )
+        # The room is asked in a statement whose snapshot is taken now, then held at the gate.
+        asked = "SELECT reliableq_key_room('test.per_key', 'a', 2) FROM (SELECT pg_advisory_lock_shared(%s) OFFSET 0) g"
+        room = spawn(lambda: asker.execute(asked, [gate]).fetchone()[0])
+        waiting = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s)"
+        wait_until(lambda: keeper.execute(waiting, [gate]).fetchone()[0], what="the asking statement at the gate")
+        filler.commit()  # the key is full, and its lock free
+        keeper.execute("SELECT pg_advisory_unlock(%s)", [gate])
+        assert room.result(timeout=30) == 0
+
+
 def test_a_per_key_claim_after_a_pause_takes_nothing() -> None:
-    # The pause commits between the pick of a per-key claim and its claim by id (chaos seed 1:
-    # attempts started inside the pause window); the claim by id checks the pause again.
+    # A pause once committed between a per-key claim's pick and its claim by id (chaos seed 1:
+    # attempts started inside the pause window); the claim is one statement now, its pick the check.
     reliableq.enqueue("test.per_key", {}, concurrency_key="a")
     services.pause("default")
     assert claim_limited() == []
