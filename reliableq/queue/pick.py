@@ -84,10 +84,11 @@ STATEMENT_START = "statement_timestamp()"
 def claim_sql(pick: str = "", *, before: str = "", beside: str = "", clock: str = STATEMENT_START) -> str:
     """The claim statement around a pick (a query of due, locked job ids): mark RUNNING, open attempts.
 
-    Composed by parameters: `pick` becomes the `picked` CTE; or `before` gives CTEs of its own that
-    end with one named `picked` (a rated claim's window, then its pick). `beside` is a CTE that runs
-    in the same statement after `moved` (the jobs claimed: a rated claim's record of its starts),
-    ending in a comma. The door (reliableq.queue.door) makes the statement.
+    Composed by parameters: `pick` becomes the `picked` CTE; or `before` gives CTEs of its own, one
+    of them named `picked` (a rated claim's window, then its pick; a keyed claim's pick, then the
+    time read after it, its `clock`). `beside` is a CTE that runs in the same statement after
+    `moved` (the jobs claimed: a rated claim's record of its starts), ending in a comma. The door
+    (reliableq.queue.door) makes the statement.
     Time is in the SQL (statement_timestamp(), now(), or `clock`, an expression of the database's
     time), never in the parameters, so a cached statement is as fresh as a new one.
     """
