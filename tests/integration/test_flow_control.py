@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
@@ -304,6 +305,33 @@ def test_a_per_key_claim_passes_over_a_key_another_claimer_holds_and_waits_for_n
         assert [j.id for j in claim_limited("w-skips")] == [b.pk]
         holder.commit()  # the key is free again
     assert [j.concurrency_key for j in claim_limited()] == ["a"]
+
+
+@pytest.fixture
+def keyed_and_capped_or_rated() -> Iterator[None]:
+    """Two kinds limited per key and by a cap or a rate, registered for the test only."""
+    saved = dict(registry._handlers)
+    reliableq.handler("test.keyed_capped", max_running=2, max_running_per_key=1)(per_key)
+    reliableq.handler("test.keyed_rated", max_running_per_key=1, rate_limit="3/m")(per_key)
+    yield
+    registry._handlers.clear()
+    registry._handlers.update(saved)
+
+
+@pytest.mark.usefixtures("keyed_and_capped_or_rated")
+def test_a_per_key_limit_with_a_cap_or_a_rate_holds_with_it() -> None:
+    # Claimed in the claim's transaction, under the cap's lock or the rate window's, by the per-key
+    # statement: each key once, and no more than the cap or the rate lets start.
+    for kind in ("test.keyed_capped", "test.keyed_rated"):
+        for key in "aabcd":
+            reliableq.enqueue(kind, {}, concurrency_key=key)
+
+    taken = Counter((job.kind, job.concurrency_key) for job in claim_limited(limit=20))
+
+    assert set(taken.values()) == {1}
+    assert sum(n for (kind, _), n in taken.items() if kind == "test.keyed_capped") == 2
+    assert sorted(key for kind, key in taken if kind == "test.keyed_rated") == ["a", "b", "c"]
+    assert claim_limited(limit=20) == []  # the cap is full, the rate spent
 
 
 def test_a_keys_room_is_counted_after_its_lock_not_in_the_claims_older_snapshot() -> None:
