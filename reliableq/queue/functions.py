@@ -14,7 +14,7 @@ UPSTREAM = "reliableq_upstream"
 # of the claim: a claim of jobs of no workflow neither plans nor starts this query, where the
 # subquery cost every claim 0.15 ms to plan and 0.15 ms to set up, through a pooler at every call.
 UPSTREAM_CREATE = f"""
-CREATE OR REPLACE FUNCTION {UPSTREAM}(member uuid) RETURNS json LANGUAGE plpgsql VOLATILE AS $reliableq$
+CREATE OR REPLACE FUNCTION {UPSTREAM}(member uuid) RETURNS json LANGUAGE plpgsql STABLE AS $reliableq$
 BEGIN
     RETURN (
         SELECT json_agg(json_build_array(COALESCE(u.member_name, e.upstream::text), r.value))

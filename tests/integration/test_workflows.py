@@ -501,3 +501,15 @@ def test_a_replay_before_the_rest_of_a_cancel_goes_on_leaves_the_rewaited_member
     drain(max_rounds=graph.WALK + 40)
     record.refresh_from_db()
     assert record.status == WorkflowStatus.SUCCEEDED
+
+
+def test_a_members_upstream_values_are_read_in_the_claims_own_snapshot() -> None:
+    """reliableq_upstream is STABLE: its query runs in the snapshot of the claim that calls it (a
+    VOLATILE function's queries each take a fresh one, as reliableq_key_room's must)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT proname, provolatile FROM pg_proc WHERE proname IN ('reliableq_upstream', 'reliableq_key_room')"
+        )
+        assert dict(cursor.fetchall()) == {"reliableq_upstream": "s", "reliableq_key_room": "v"}
