@@ -3,22 +3,10 @@
 
 from django.db import migrations
 
-
-def create(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        from reliableq.queue import functions
-
-        schema_editor.execute(functions.UPSTREAM_CREATE)
-
-
-def drop(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        from reliableq.queue import functions
-
-        schema_editor.execute(functions.UPSTREAM_DROP)
+from ._functions import function
 
 
 class Migration(migrations.Migration):
     dependencies = [("reliableq", "0016_fair_share")]
 
-    operations = [migrations.RunPython(create, drop)]
+    operations = [function("UPSTREAM_CREATE", "UPSTREAM_DROP")]
