@@ -506,9 +506,9 @@ def test_a_replay_before_the_rest_of_a_cancel_goes_on_leaves_the_rewaited_member
 def test_a_members_upstream_values_are_read_in_the_claims_own_snapshot() -> None:
     """reliableq_upstream is STABLE: its query runs in the snapshot of the claim that calls it (a
     VOLATILE function's queries each take a fresh one, as reliableq_key_room's must)."""
-    from django.db import connection
+    from reliableq.queue import db
 
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:  # the queue's database, which may be one of its own
         cursor.execute(
             "SELECT proname, provolatile FROM pg_proc WHERE proname IN ('reliableq_upstream', 'reliableq_key_room')"
         )
