@@ -92,16 +92,18 @@ def run(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
 def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """run() a statement of the worker's hot path on a cursor of its own and return its rows.
 
-    Outside a transaction, on a connection that prepares and with nothing watching its statements,
-    the statement goes through a cursor kept for the connection: Django's cursor wrapper, made,
-    checked and closed around every statement, cost as much as a no-op job's own run. Errors are
-    Django's, as on the usual path, and everything else takes the usual path.
+    On a connection that prepares and with nothing watching its statements, the statement goes
+    through a cursor kept for the connection: Django's cursor wrapper, made, checked and closed
+    around every statement, cost as much as a no-op job's own run. Errors are Django's, and a
+    transaction Django knows is broken refuses the statement, as on the usual path; everything
+    else takes the usual path.
     """
     conn = connection()
     raw = conn.connection
-    if raw is not None and not conn.in_atomic_block and not conn.execute_wrappers and not conn.queries_logged:
+    if raw is not None and not conn.execute_wrappers and not conn.queries_logged:
         kept = _kept.get(conn)
         if kept is not None and kept.connection is raw:
+            conn.validate_no_broken_transaction()
             with conn.wrap_database_errors:
                 kept.execute(sql, params, prepare=True)
                 return cast(list[tuple[Any, ...]], kept.fetchall())

@@ -37,14 +37,17 @@ def _turn(keyed: bool | None) -> str:
     return "NULL" if keyed is None else first_turn_sql(keyed=keyed)
 
 
+# A job with a dedupe_key or a unique_key may meet another's: ON CONFLICT DO NOTHING leaves it out.
+# A job with neither cannot (its id is new), and a plain INSERT spares it the speculative insertion
+# ON CONFLICT makes: the arbiter indexes probed first, and one more WAL record to confirm the row.
 @functools.cache
-def _submit_sql(keyed: bool | None) -> str:
+def _submit_sql(keyed: bool | None, *, keys: bool = True) -> str:
     return f"""
     WITH inserted AS (
         INSERT INTO {JOB} ({_INSERT_COLUMNS})
         VALUES (%s, %s, %s, %s, %s::jsonb, {S.PENDING}, 0, %s, GREATEST(COALESCE(%s, now()), now()),
                 '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(), %s, {_turn(keyed)})
-        ON CONFLICT DO NOTHING
+        {"ON CONFLICT DO NOTHING" if keys else ""}
         RETURNING run_at, created_at, updated_at, queue
     )
     -- Wakes idle workers of this queue when (and only if) the transaction commits.
@@ -108,7 +111,7 @@ HELD_SQL = f"""
 # statement: no round trip more than an unbounded submission. Concurrent submissions of one user
 # each count in their own snapshot, so the bound can be passed by the requests in flight at once.
 @functools.cache
-def _bounded_submit_sql(keyed: bool | None) -> str:
+def _bounded_submit_sql(keyed: bool | None, *, keys: bool = True) -> str:
     return f"""
     WITH held AS MATERIALIZED ({HELD_SQL}),
     inserted AS (
@@ -117,7 +120,7 @@ def _bounded_submit_sql(keyed: bool | None) -> str:
                GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(),
                %s, {_turn(keyed)}
          WHERE (SELECT n FROM held) < %s
-        ON CONFLICT DO NOTHING
+        {"ON CONFLICT DO NOTHING" if keys else ""}
         RETURNING run_at, created_at, updated_at, queue
     )
     SELECT inserted.run_at, inserted.created_at, inserted.updated_at, {_NOTIFY_INSERTED}, (SELECT n FROM held)
@@ -133,12 +136,15 @@ _GROUP_FIRST = first_turn_sql(
 # One row comes back, not one per job: the transaction's time (every job's created_at, and the
 # run_at of every job due now), the run_at of the few scheduled later, and (bounded) the count the
 # bound was checked against. The first job carries the batch's Idempotency-Key, if any.
-def _submit_many_sql(held: str) -> str:
-    """The batch INSERT, counting the submitter's unfinished jobs with `held` (a query of one row, n).
+@functools.cache
+def _submit_many_sql(bounded: bool, keys: bool) -> str:
+    """The batch INSERT, counting the submitter's unfinished jobs if `bounded`; ON CONFLICT only for a
+    batch with an Idempotency-Key (`keys`), whose first job carries it (see _submit_sql).
 
     A fair kind's jobs take their key's next turns, one stride apart: the first turn is read once
     per (queue, kind, priority, key) of the batch (`turns`), not once per job.
     """
+    held = HELD_SQL if bounded else "SELECT 0 AS n"
     return f"""
     WITH held AS MATERIALIZED ({held}),
     new AS MATERIALIZED (
@@ -163,7 +169,7 @@ def _submit_many_sql(held: str) -> str:
           LEFT JOIN turns t ON n.stride IS NOT NULL AND t.queue = n.queue AND t.kind = n.kind
                            AND t.priority = n.priority AND t.fair_key IS NOT DISTINCT FROM n.fair_key
          WHERE (SELECT held.n FROM held) + %s <= %s
-        ON CONFLICT DO NOTHING
+        {"ON CONFLICT DO NOTHING" if keys else ""}
         RETURNING id, run_at, queue
     ),
     woken AS (
@@ -175,27 +181,25 @@ def _submit_many_sql(held: str) -> str:
 """
 
 
-_SUBMIT_MANY_BOUNDED_SQL = _submit_many_sql(HELD_SQL)
-_SUBMIT_MANY_UNBOUNDED_SQL = _submit_many_sql("SELECT 0 AS n")
-
-
 def insert_one(
-    params: Sequence[Any], *, scope: str, bound: int | None, turn: Turn | None = None
+    params: Sequence[Any], *, scope: str, bound: int | None, keys: bool = True, turn: Turn | None = None
 ) -> tuple[Any, int | None]:
-    """INSERT one job (`params`: its id, then the columns submit() gives; `turn` for a fair kind).
-    Returns (run_at, created_at, updated_at, notified) or None when a key's conflict left it out,
-    and, bounded, the count of the submitter's unfinished jobs it checked (None unbounded)."""
+    """INSERT one job (`params`: its id, then the columns submit() gives; `keys`: whether it has a
+    dedupe_key or a unique_key; `turn` for a fair kind). Returns (run_at, created_at, updated_at,
+    notified) or None when a key's conflict left it out, and, bounded, the count of the submitter's
+    unfinished jobs it checked (None unbounded)."""
     keyed = None if turn is None else turn.key is not None
     if turn is None:
         fair: list[Any] = [None]
     else:
         _, kind, queue, priority = params[:4]
         fair = [turn.key, *first_turn_params(queue, kind, priority, turn)]
+    if bound is None:
+        # Prepared once per connection, as the worker's statements are: the call every view makes.
+        rows = db.fetch(_submit_sql(keyed, keys=keys), [*params, *fair])
+        return (rows[0] if rows else None), None
     with db.cursor() as cursor:
-        if bound is None:
-            cursor.execute(_submit_sql(keyed), [*params, *fair])
-            return cursor.fetchone(), None
-        cursor.execute(_bounded_submit_sql(keyed), [scope, bound, *params, *fair, bound])
+        cursor.execute(_bounded_submit_sql(keyed, keys=keys), [scope, bound, *params, *fair, bound])
         *row, held = cursor.fetchone()
         return (None if row[0] is None else row), held
 
@@ -225,12 +229,13 @@ def insert_many(columns: Sequence[Any], *, count: int, scope: str, bound: int | 
     of the jobs scheduled later, queues woken, the unfinished jobs counted)."""
     # submit_many gives the batch's own values (key, scope, submitter, trace context), its ten arrays,
     # then its size; the statement reads the arrays first.
+    keys = columns[0] is not None
     columns = [*columns[4:14], *columns[:4], *columns[14:]]
     with db.cursor() as cursor:
         if bound is None:
-            cursor.execute(_SUBMIT_MANY_UNBOUNDED_SQL, [*columns, count])
+            cursor.execute(_submit_many_sql(False, keys), [*columns, count])
         else:
-            cursor.execute(_SUBMIT_MANY_BOUNDED_SQL, [scope, bound, *columns, bound])
+            cursor.execute(_submit_many_sql(True, keys), [scope, bound, *columns, bound])
         return tuple(cursor.fetchone())
 
 

@@ -152,9 +152,10 @@ def _insert_one(
     columns: list[Any],
 ) -> tuple[Job | None, Any, uuid.UUID]:
     """INSERT one job (its id, then `columns`); (the job a key already holds, None, id) or (None, row, id)."""
+    keys = dedupe_key is not None or unique_key is not None
     for _ in range(3):
         job_id = new_job_id()
-        row, held = statements.insert_one([job_id, *columns], scope=scope, bound=bound, turn=turn)
+        row, held = statements.insert_one([job_id, *columns], scope=scope, bound=bound, keys=keys, turn=turn)
         if row is not None:
             return None, row, job_id
         # Another transaction holds a key: ON CONFLICT waited for it to commit, so it is visible. A

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, transaction
+from django.db.transaction import TransactionManagementError
 
 from reliableq.queue import db
 
@@ -21,6 +22,20 @@ class Tripwire:
 
     def execute(self, *args: object, **kwargs: object) -> None:
         raise AssertionError("the kept cursor ran a statement that needed Django's cursor")
+
+
+class Counting:
+    """A kept cursor that records the statements it runs."""
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor, self.connection, self.statements = cursor, cursor.connection, []
+
+    def execute(self, sql: str, params: Any, **options: Any) -> None:
+        self.statements.append(sql)
+        self.cursor.execute(sql, params, **options)
+
+    def fetchall(self) -> Any:
+        return self.cursor.fetchall()
 
 
 @pytest.fixture(autouse=True)
@@ -46,12 +61,25 @@ def test_the_second_statement_runs_on_the_cursor_kept_for_the_connection() -> No
         db.fetch("SELECT 1", [])
 
 
-def test_inside_a_transaction_and_under_an_execute_wrapper_statements_take_djangos_cursor() -> None:
+def test_inside_a_transaction_statements_take_the_kept_cursor_and_a_broken_one_refuses_them() -> None:
+    """A view's enqueue runs in the view's transaction: it takes the kept cursor too, and Django's
+    rule holds on it: after an error inside atomic(), no statement runs until the block ends."""
     db.fetch("SELECT 1", [])
-    db._kept[db.connection()] = Tripwire(db.connection().connection)
-
+    counting = db._kept[db.connection()] = Counting(kept())
     with db.atomic():
         assert db.fetch("SELECT 2", []) == [(2,)]
+        assert counting.statements == ["SELECT 2"]
+        with pytest.raises(DatabaseError, match="division by zero"):
+            db.fetch("SELECT 1 / %s::int", [0])
+        db.connection().needs_rollback = True  # what atomic() marks when the error leaves an inner block
+        with pytest.raises(TransactionManagementError):
+            db.fetch("SELECT 3", [])
+    assert db.fetch("SELECT 4", []) == [(4,)]  # the block rolled back; the connection serves on
+
+
+def test_under_an_execute_wrapper_statements_take_djangos_cursor() -> None:
+    db.fetch("SELECT 1", [])
+    db._kept[db.connection()] = Tripwire(db.connection().connection)
     seen = []
 
     def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
