@@ -10,13 +10,15 @@ it:
 
 - an end (Change.ENDED) of workflow members counts them, releases what waited on them, cancels
   what they doomed (a bounded share, the rest handed on), ends their workflow and fires its
-  callbacks (reliableq.queue.graph);
+  callbacks (reliableq.queue.graph); for a batch of successes, what a count at zero decides is
+  ZEROED_SQL's, sent by follow() in the same transaction only when a count reached zero;
 - a reopening (Change.REOPENED) gives those counts back and starts a new run;
 - a start (Change.STARTED), or a wake of a job that waited for an event (Change.WOKEN), needs nothing
   more; a job parked to wait (job.wait_for) or to sleep is a finish that ends nothing.
 
-After the statement, run() (or follow(), for a caller that executes it its own way) does the one
-thing that needs a fresh snapshot: cancel_stuck(), when the statement says so. Each statement
+After the statement, run() (or follow(), for a caller that executes it its own way) does what
+follows it in its transaction: ZEROED_SQL, and the one thing that needs a fresh snapshot,
+cancel_stuck(), when the statement says so. Each statement
 begins with `/* reliableq:<name> */`, so that it is found by name in pg_stat_statements and in
 tests/integration/test_door.py, which fails if a status changes by any other statement.
 """
@@ -24,6 +26,7 @@ tests/integration/test_door.py, which fails if a status changes by any other sta
 from __future__ import annotations
 
 import enum
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -89,9 +92,17 @@ door_moved AS MATERIALIZED (SELECT id, status, workflow_id FROM moved WHERE stat
     return f"{rows}\n{graph.reopened('door_moved')}"
 
 
-def recheck(*, members: bool = True) -> str:
-    """The last column of a door statement's rows: whether what it did needs cancel_stuck."""
+def recheck(*, members: bool = True, succeeded: bool = False) -> str:
+    """The last column of a door statement's rows: whether what it did needs cancel_stuck; for a
+    statement made with `succeeded=True`, the counts it brought to zero (graph.ZEROS), for follow()."""
+    if succeeded:
+        return f"{graph.ZEROS}::text"
     return graph.RECHECK if members else "false"
+
+
+# What a successes' statement leaves to the rest of its transaction when its counts reached zero.
+ZEROED_SQL = f"""{MARK}zeroed */ WITH {graph.zeroed_sql()}
+SELECT (SELECT count(*) FROM wf_released), (SELECT count(*) FROM wf_callbacks)"""
 
 
 def run(cursor: CursorWrapper, sql: str, params: Sequence[Any], *, prepared: bool = False) -> list[tuple[Any, ...]]:
@@ -108,12 +119,22 @@ def run(cursor: CursorWrapper, sql: str, params: Sequence[Any], *, prepared: boo
     return [row[:-1] for row in rows]
 
 
-def follow(rows: Sequence[tuple[Any, ...]]) -> None:
+def follow(rows: Sequence[tuple[Any, ...]], *, succeeded: bool = False) -> None:
     """What follows a door statement once it has run (rows: the job id first, recheck last), in the
     same transaction: cancel_stuck() of the jobs it changed when it asks for it. (The finish reads
-    its rows with the recheck still on them: no row copied per job.)"""
-    if any(row[-1] for row in rows):
-        cancel_stuck([row[0] for row in rows if row[0] is not None])
+    its rows with the recheck still on them: no row copied per job.) A statement made with
+    `succeeded=True` gives the counts it brought to zero instead: what they decide is made by
+    ZEROED_SQL first, then cancel_stuck() where one of them carried a failure."""
+    if succeeded:
+        zeros = rows[0][-1] if rows else None
+        if zeros is None:
+            return
+        db.fetch(ZEROED_SQL, [zeros])
+        if not any(failed for _, failed, _ in json.loads(zeros)):
+            return
+    elif not any(row[-1] for row in rows):
+        return
+    cancel_stuck([row[0] for row in rows if row[0] is not None])
 
 
 # Members whose every upstream has ended, some of them not in success, that still wait: an end and a

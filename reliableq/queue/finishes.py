@@ -279,7 +279,7 @@ def _finish_sql(members: bool, parks: bool = False, progress: bool = False, succ
        SET (outcome, error, traceback, finished_at) = (
                SELECT c.outcome, c.error, c.traceback, now() FROM closing c WHERE c.id = a.id)
      WHERE a.id = ANY(ARRAY(SELECT id FROM closing))
- RETURNING a.job_id, a.outcome, {door.recheck(members=members)}""",
+ RETURNING a.job_id, a.outcome, {door.recheck(members=members, succeeded=succeeded)}""",
     )
 
 
@@ -350,7 +350,7 @@ def finish(finishes: Sequence[Finish]) -> FinishResult:
         succeeded = members and not parks and all(f.status == JobStatus.SUCCEEDED for f in finishes if f.workflow)
         rows = db.fetch(_finish_sql(members, bool(parks), reports, succeeded), [json.dumps(ends)])
         if members:  # else the recheck column is false on every row
-            door.follow(rows)
+            door.follow(rows, succeeded=succeeded)
         result.cancelled = {job_id for job_id, outcome, _ in rows if outcome == Outcome.CANCELLED}
         # A batch holds one end per job, so a row for each means every one passed the fence.
         if len(rows) == len(finishes):

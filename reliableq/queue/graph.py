@@ -233,16 +233,45 @@ wf_ended AS MATERIALIZED (
 
 
 def _succeeded(rows: str) -> str:
-    """ended() of `rows` that all succeeded: their ends counted, what waited on them released, their
-    workflow ended and its callbacks fired, as ended() does, with nothing to cancel."""
+    """ended() of `rows` that all succeeded: their ends counted, with nothing to cancel. What a count
+    at zero decides (the release, the workflow's end, its callbacks) is left to zeroed_sql(), in the
+    same transaction, and only when a count reached zero (ZEROS): a fan-in's members, each of whose
+    ends takes one off a shard, do not start that part of the plan at every finish."""
     return f"""wf_src AS MATERIALIZED (SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL),
-wf_ended AS MATERIALIZED (SELECT id, status, workflow_id FROM wf_src),{_counted(failures=False)}"""
+wf_ended AS MATERIALIZED (SELECT id, status, workflow_id FROM wf_src),{_recount("wf_ended", ended=True)},
+{_ZERO}"""
+
+
+# The counts a statement brought to zero (target, failed, workflow): the last column of a statement
+# with ended(rows, succeeded=True), JSON on every row (NULL when none), for zeroed_sql().
+ZEROS = "(SELECT jsonb_agg(jsonb_build_array(target, failed, workflow)) FROM wf_zero)"
+_ZERO = "wf_zero AS MATERIALIZED (SELECT target, failed, workflow FROM wf_tops WHERE remaining = 0)"
+
+
+def zeroed_sql() -> str:
+    """The statement that goes on from a successes' statement whose counts reached zero (ZEROS, its
+    parameter), in its transaction, which still holds those counts' locks, so no other can decide
+    them: the release of what waited on them, the workflow's end and its callbacks, as ended() does
+    in one statement. The ends it counted are no longer WAITING, so none of them is released."""
+    rows = "jsonb_array_elements(%s::jsonb) AS z"
+    return f"""wf_zero AS MATERIALIZED (
+    SELECT (z ->> 0)::uuid AS target, (z ->> 1)::int AS failed, (z ->> 2)::uuid AS workflow FROM {rows}
+),
+wf_opened_map AS MATERIALIZED (SELECT '{{}}'::jsonb AS m),{_decided(failures=False, after="true")}"""
 
 
 def _counted(*, failures: bool) -> str:
     """What follows `wf_ended` (id, status, workflow_id): the counts, the release, the workflow's end
     and its callbacks. `failures`: some of the ends may have failed, and fire their workflow's
     failure callback at once."""
+    return f"""{_recount("wf_ended", ended=True)},
+{_ZERO},{_decided(failures=failures, after="(SELECT count(*) FROM wf_tops) >= 0")}"""
+
+
+def _decided(*, failures: bool, after: str) -> str:
+    """What the counts at zero of `wf_zero` decide (`wf_opened_map`: members whose own row must not be
+    released): the release, the workflow's end, its callbacks. `after`: a condition of the
+    callbacks' INSERT that makes it read its dedupe keys after the counts' locks are taken."""
     key = callback_key("f.workflow_id", "f.run", "f.event")
     failing = f"""
     UNION ALL
@@ -250,8 +279,7 @@ def _counted(*, failures: bool) -> str:
       FROM {WORKFLOW} w
      WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM wf_ended WHERE status <> {S.SUCCEEDED}))
        AND NOT (w.id = ANY(ARRAY(SELECT id FROM wf_done))) AND w.callbacks ? 'failure'"""
-    return f"""{_recount("wf_ended", ended=True)},
-wf_zero AS MATERIALIZED (SELECT target, failed, workflow FROM wf_tops WHERE remaining = 0),
+    return f"""
 wf_zero_map AS MATERIALIZED {_map("wf_zero", "target::text", "failed")},
 wf_release AS MATERIALIZED (
     SELECT j.id, j.queue, j.kind, j.priority, j.fair_key, j.fair_seq AS stride FROM {JOB} j
@@ -291,7 +319,7 @@ wf_callbacks AS (
            f.dedupe_scope, f.submitted_by, f.workflow_id, now(), now(), f.cb ->> 'fair_key',
            CASE WHEN f.cb ? 'stride' THEN {_CALLBACK_TURN} END
       FROM wf_fire f
-     WHERE (SELECT count(*) FROM wf_tops) >= 0
+     WHERE {after}
        AND (SELECT 1 FROM {JOB} k WHERE k.dedupe_scope = f.dedupe_scope AND k.dedupe_key = {key}) IS NULL
      ORDER BY f.workflow_id, f.event
     ON CONFLICT DO NOTHING

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from django.contrib.auth import get_user_model
 
 from ..registry import Rate
-from . import db, enqueue, fairness, finishes, limits, pick, prune, rescues, tokens
+from . import db, door, enqueue, fairness, finishes, limits, pick, prune, rescues, tokens
 
 # Each statement made per shape, by name: how to make it in a representative shape.
 SHAPES: dict[str, Callable[[], str]] = {
@@ -37,6 +37,7 @@ SHAPES: dict[str, Callable[[], str]] = {
     "finish": lambda: finishes._finish_sql(True),
     "finish.parks": lambda: finishes._finish_sql(True, True),
     "finish.succeeded": lambda: finishes._finish_sql(True, succeeded=True),
+    "finish.zeroed": lambda: door.ZEROED_SQL,
     "finish_jobs": lambda: finishes._finish_sql(False),
     "finish_jobs.parks": lambda: finishes._finish_sql(False, True),
     "rescue": lambda: rescues.rescue_sql(("default",))[0],

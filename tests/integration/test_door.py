@@ -244,3 +244,42 @@ def test_a_door_statement_that_walks_the_graph_is_planned_without_jit() -> None:
     names = {door_name(plan.split("Query Text: ", 1)[-1]) for plan in walked}
     assert names >= {"rescue", "finish", "replay", "cancel_workflow"}, [plan[:200] for plan in plans]
     assert not [plan for plan in walked if "JIT:" in plan]
+
+
+def test_a_successes_finish_leaves_what_a_zero_decides_to_a_statement_sent_only_then(
+    changes: list[tuple[str, str, str]],
+) -> None:
+    """A fan-in's member that succeeds takes one off a count: its finish counts and nothing more. The
+    finish whose count reaches zero sends what the zero decides (the release, the workflow's end, its
+    callbacks) in a statement after it, in its transaction."""
+    wf = reliableq.workflow(name="door, zeroed")
+    a = wf.add("demo.noop", {}, name="a", queue="wf-zeroed")
+    b = wf.add("demo.noop", {}, name="b", queue="wf-zeroed")
+    wf.add("demo.noop", {}, name="c", after=[a, b], queue="wf-zeroed")
+    wf.on("success", "demo.noop", {}, queue="wf-zeroed")
+    record = wf.enqueue()
+    sent: list[str] = []
+
+    def count(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    taken = {job.member_name: job for job in claim_jobs(queues=["wf-zeroed"], limit=2)}
+    with db.connection().execute_wrapper(count):
+        end(taken["a"].id, taken["a"].lease_token, JobStatus.SUCCEEDED, Outcome.SUCCEEDED, workflow=True)
+    (finish,) = [sql for sql in sent if door_name(sql)]
+    assert door_name(finish) == "finish" and "wf_released" not in finish
+    assert Job.objects.get(workflow=record, member_name="c").status == JobStatus.WAITING
+
+    sent.clear()
+    with db.connection().execute_wrapper(count):
+        end(taken["b"].id, taken["b"].lease_token, JobStatus.SUCCEEDED, Outcome.SUCCEEDED, workflow=True)
+    assert [door_name(sql) for sql in sent if door_name(sql)] == ["finish", "zeroed"]
+    released = [query for query, old, new in read(changes) if (old, new) == ("WAITING", "PENDING")]
+    assert [door_name(query) for query in released] == ["zeroed"]
+
+    (c,) = claim_jobs(queues=["wf-zeroed"])
+    end(c.id, c.lease_token, JobStatus.SUCCEEDED, Outcome.SUCCEEDED, workflow=True)
+    record.refresh_from_db()
+    assert record.status == "SUCCEEDED"
+    assert Job.objects.filter(workflow=record, dedupe_key__endswith=":success").count() == 1
