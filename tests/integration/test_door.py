@@ -19,7 +19,7 @@ import pytest
 import reliableq
 from reliableq import queue as jobqueue
 from reliableq import services
-from reliableq.models import Job, JobStatus, Outcome, WorkflowCount
+from reliableq.models import Job, JobStatus, Outcome, Workflow, WorkflowCount
 from reliableq.queue import Finish, db, door, finishes, graph
 from reliableq.queue import workflows as statements
 
@@ -182,15 +182,20 @@ def wide_fan_outs_analyzed() -> None:
         cursor.execute("ANALYZE reliableq_workflowedge")  # in the test's transaction, rolled back with it
 
 
+def two_then_one(queue: str, *, callback: str) -> Workflow:
+    """A workflow on `queue`: members a and b, c after both, and a callback on `callback`."""
+    wf = reliableq.workflow(name=f"door, {queue}")
+    a = wf.add("demo.noop", {}, name="a", queue=queue)
+    b = wf.add("demo.noop", {}, name="b", queue=queue)
+    wf.add("demo.noop", {}, name="c", after=[a, b], queue=queue)
+    wf.on(callback, "demo.noop", {}, queue=queue)
+    return wf.enqueue()
+
+
 def test_members_successes_are_finished_without_the_walk_a_failure_needs(changes: list[tuple[str, str, str]]) -> None:
     """A batch's successes and its failures are finished apart, the successes by the statement that
     leaves out the walk of what a failure dooms; the failure still cancels and fires what it must."""
-    wf = reliableq.workflow(name="door, apart")
-    a = wf.add("demo.noop", {}, name="a", queue="wf-apart")
-    b = wf.add("demo.noop", {}, name="b", queue="wf-apart")
-    wf.add("demo.noop", {}, name="c", after=[a, b], queue="wf-apart")
-    wf.on("failure", "demo.noop", {}, queue="wf-apart")
-    record = wf.enqueue()
+    record = two_then_one("wf-apart", callback="failure")
     taken = {job.member_name: job for job in claim_jobs(queues=["wf-apart"], limit=2)}
     jobqueue.finish([
         Finish(job_id=taken["a"].id, lease_token=taken["a"].lease_token, status=JobStatus.SUCCEEDED,
@@ -252,12 +257,7 @@ def test_a_successes_finish_leaves_what_a_zero_decides_to_a_statement_sent_only_
     """A fan-in's member that succeeds takes one off a count: its finish counts and nothing more. The
     finish whose count reaches zero sends what the zero decides (the release, the workflow's end, its
     callbacks) in a statement after it, in its transaction."""
-    wf = reliableq.workflow(name="door, zeroed")
-    a = wf.add("demo.noop", {}, name="a", queue="wf-zeroed")
-    b = wf.add("demo.noop", {}, name="b", queue="wf-zeroed")
-    wf.add("demo.noop", {}, name="c", after=[a, b], queue="wf-zeroed")
-    wf.on("success", "demo.noop", {}, queue="wf-zeroed")
-    record = wf.enqueue()
+    record = two_then_one("wf-zeroed", callback="success")
     sent: list[str] = []
 
     def count(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
