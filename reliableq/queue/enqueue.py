@@ -37,9 +37,14 @@ def _turn(keyed: bool | None) -> str:
     return "NULL" if keyed is None else first_turn_sql(keyed=keyed)
 
 
-# A job with a dedupe_key or a unique_key may meet another's: ON CONFLICT DO NOTHING leaves it out.
-# A job with neither cannot (its id is new), and a plain INSERT spares it the speculative insertion
-# ON CONFLICT makes: the arbiter indexes probed first, and one more WAL record to confirm the row.
+def _give_way(keys: bool) -> str:
+    """An INSERT's conflict clause: a job with a dedupe_key or a unique_key may meet another's, and
+    ON CONFLICT DO NOTHING leaves it out. A job with neither cannot (its id is new), and a plain
+    INSERT spares it the speculative insertion ON CONFLICT makes: the arbiter indexes probed first,
+    and one more WAL record to confirm the row."""
+    return "ON CONFLICT DO NOTHING" if keys else ""
+
+
 @functools.cache
 def _submit_sql(keyed: bool | None, *, keys: bool = True) -> str:
     return f"""
@@ -47,7 +52,7 @@ def _submit_sql(keyed: bool | None, *, keys: bool = True) -> str:
         INSERT INTO {JOB} ({_INSERT_COLUMNS})
         VALUES (%s, %s, %s, %s, %s::jsonb, {S.PENDING}, 0, %s, GREATEST(COALESCE(%s, now()), now()),
                 '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(), %s, {_turn(keyed)})
-        {"ON CONFLICT DO NOTHING" if keys else ""}
+        {_give_way(keys)}
         RETURNING run_at, created_at, updated_at, queue
     )
     -- Wakes idle workers of this queue when (and only if) the transaction commits.
@@ -120,7 +125,7 @@ def _bounded_submit_sql(keyed: bool | None, *, keys: bool = True) -> str:
                GREATEST(COALESCE(%s::timestamptz, now()), now()), '', '', %s, %s, %s, %s, %s, %s::jsonb, now(), now(),
                %s, {_turn(keyed)}
          WHERE (SELECT n FROM held) < %s
-        {"ON CONFLICT DO NOTHING" if keys else ""}
+        {_give_way(keys)}
         RETURNING run_at, created_at, updated_at, queue
     )
     SELECT inserted.run_at, inserted.created_at, inserted.updated_at, {_NOTIFY_INSERTED}, (SELECT n FROM held)
@@ -139,7 +144,7 @@ _GROUP_FIRST = first_turn_sql(
 @functools.cache
 def _submit_many_sql(bounded: bool, keys: bool) -> str:
     """The batch INSERT, counting the submitter's unfinished jobs if `bounded`; ON CONFLICT only for a
-    batch with an Idempotency-Key (`keys`), whose first job carries it (see _submit_sql).
+    batch with an Idempotency-Key (`keys`), whose first job carries it (_give_way).
 
     A fair kind's jobs take their key's next turns, one stride apart: the first turn is read once
     per (queue, kind, priority, key) of the batch (`turns`), not once per job.
@@ -169,7 +174,7 @@ def _submit_many_sql(bounded: bool, keys: bool) -> str:
           LEFT JOIN turns t ON n.stride IS NOT NULL AND t.queue = n.queue AND t.kind = n.kind
                            AND t.priority = n.priority AND t.fair_key IS NOT DISTINCT FROM n.fair_key
          WHERE (SELECT held.n FROM held) + %s <= %s
-        {"ON CONFLICT DO NOTHING" if keys else ""}
+        {_give_way(keys)}
         RETURNING id, run_at, queue
     ),
     woken AS (

@@ -238,14 +238,18 @@ def _succeeded(rows: str) -> str:
     same transaction, and only when a count reached zero (ZEROS): a fan-in's members, each of whose
     ends takes one off a shard, do not start that part of the plan at every finish."""
     return f"""wf_src AS MATERIALIZED (SELECT id, status, workflow_id FROM {rows} WHERE workflow_id IS NOT NULL),
-wf_ended AS MATERIALIZED (SELECT id, status, workflow_id FROM wf_src),{_recount("wf_ended", ended=True)},
-{_ZERO}"""
+wf_ended AS MATERIALIZED (SELECT id, status, workflow_id FROM wf_src),{_ends_counted()}"""
 
 
 # The counts a statement brought to zero (target, failed, workflow): the last column of a statement
 # with ended(rows, succeeded=True), JSON on every row (NULL when none), for zeroed_sql().
 ZEROS = "(SELECT jsonb_agg(jsonb_build_array(target, failed, workflow)) FROM wf_zero)"
-_ZERO = "wf_zero AS MATERIALIZED (SELECT target, failed, workflow FROM wf_tops WHERE remaining = 0)"
+
+
+def _ends_counted() -> str:
+    """The counts of `wf_ended`'s ends (_recount), and `wf_zero`: those they brought to zero."""
+    return f"""{_recount("wf_ended", ended=True)},
+wf_zero AS MATERIALIZED (SELECT target, failed, workflow FROM wf_tops WHERE remaining = 0)"""
 
 
 def zeroed_sql() -> str:
@@ -264,8 +268,7 @@ def _counted(*, failures: bool) -> str:
     """What follows `wf_ended` (id, status, workflow_id): the counts, the release, the workflow's end
     and its callbacks. `failures`: some of the ends may have failed, and fire their workflow's
     failure callback at once."""
-    return f"""{_recount("wf_ended", ended=True)},
-{_ZERO},{_decided(failures=failures, after="(SELECT count(*) FROM wf_tops) >= 0")}"""
+    return f"""{_ends_counted()},{_decided(failures=failures, after="(SELECT count(*) FROM wf_tops) >= 0")}"""
 
 
 def _decided(*, failures: bool, after: str) -> str:
